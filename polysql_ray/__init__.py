@@ -1,0 +1,1 @@
+"""polysql_ray."""

@@ -1,0 +1,72 @@
+"""``python -m polysql_ray [+sweep=NAME] [key=value ...]``: compose the config, run the grid.
+
+Examples::
+
+    python -m polysql_ray +sweep=quickstart
+    python -m polysql_ray +sweep=spider_published
+    python -m polysql_ray dataset=spider dataset.root=PATH model=replay model.predictions=FILE \\
+        dialects=[sqlite,duckdb] results_dir=DIR
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from polysql_ray.config import CONF_DIR, make_conf_loader, to_plain
+
+
+def _run(cfg: DictConfig) -> int:
+    from rich.console import Console
+
+    from polysql_ray.pipeline.driver import run
+    from polysql_ray.pipeline.summary import render, write_csv
+
+    console = Console()
+    plain = to_plain(cfg)
+    stats, table = run(plain, make_conf_loader(plain), OmegaConf.to_yaml(cfg), console=Console(stderr=True))
+    name = (plain.get("sweep") or {}).get("name") or "single"
+    render(table, console, title=f"Execution accuracy (EX, %) — {name}")
+    root = os.path.abspath(plain["results_dir"])
+    csv_path = write_csv(table, os.path.join(root, "ex_table.csv"))
+    write_csv(table, os.path.join(root, "runs", stats.run_id, "ex_table.csv"))
+    engine_s = sum(stats.engine_s.values())
+    console.print(
+        f"cells {stats.cells} | predictions {stats.items_total}: scored {stats.items_scored}, "
+        f"already stored {stats.items_skipped} | executions requested "
+        f"{sum(stats.exec_requested.values())}, unique {sum(stats.exec_unique.values())} | "
+        f"replicas {stats.replicas} | engine time {engine_s:.1f}s | wall {stats.wall_s:.1f}s")
+    console.print(f"store: {root}/scores/**/*.parquet  EX table: {csv_path}  run: {root}/runs/{stats.run_id}")
+    return 0
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+def _hydra_main(cfg: DictConfig) -> None:
+    from polysql_ray.errors import user_error_message
+
+    try:
+        code = _run(cfg)
+    except KeyboardInterrupt:
+        print("interrupted: every batch already scored is in the store; rerun to resume", file=sys.stderr)
+        code = 130
+    except Exception as exc:  # a clear message for known user errors, a traceback otherwise
+        msg = user_error_message(exc)
+        if msg is None:
+            raise
+        print(f"polysql_ray: error: {msg}", file=sys.stderr)
+        code = 2
+    if code:
+        sys.exit(code)
+
+
+def main() -> None:
+    """Console-script entry point (``polysql-ray``)."""
+    logging.getLogger("ray").setLevel(logging.WARNING)
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

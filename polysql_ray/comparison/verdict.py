@@ -1,0 +1,83 @@
+"""From (generation status, gold execution, predicted execution) to one verdict.
+
+This is the single place where a score's ``verdict``, ``correct``, ``reason`` and ``basis``
+are decided (vocabulary in :mod:`polysql_ray.store.schema`):
+
+1. the gold could not run (missing database, gold SQL failing on its own engine)
+   -> ``gold_error`` with reason ``gold_<status>``: not the model's fault, reported apart;
+2. the generator produced no SQL -> ``fail`` with reason ``no_sql`` / ``missing`` / ``truncated``
+   / ``generation_error``;
+3. the prediction did not execute -> ``fail`` with reason ``pred_<status>`` (``pred_syntax``,
+   ``pred_schema``, ``pred_timeout`` ...); a timeout stays visible as such (EX is reported
+   with and without timeouts, evaluation-notes section 4);
+4. both executed -> the result-set comparison of :mod:`polysql_ray.comparison.result_set`
+   decides ``pass`` / ``fail`` with its reason code and flags.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from polysql_ray.engines.base import ExecStatus, ExecutionResult
+from polysql_ray.generation.base import GenStatus
+
+_GEN_REASON = {
+    GenStatus.NO_SQL: "no_sql",
+    GenStatus.MISSING: "missing",
+    GenStatus.TRUNCATED: "truncated",
+    GenStatus.ERROR: "generation_error",
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One decided score.
+
+    Attributes:
+        verdict: ``pass`` | ``fail`` | ``inconclusive`` | ``gold_error``.
+        reason: reason code (see module docstring).
+        basis: ``observed`` (dual execution), ``proven`` (structure) or ``judged``.
+        flags: caveats from the comparison (``ties_at_limit`` ...).
+    """
+
+    verdict: str
+    reason: str
+    basis: str = "observed"
+    flags: tuple[str, ...] = ()
+
+    @property
+    def correct(self) -> bool:
+        return self.verdict == "pass"
+
+
+def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, pred: ExecutionResult | None,
+           compare_fn, gold_error: str | None = None) -> Verdict:
+    """Decide the verdict of one prediction.
+
+    Args:
+        gen_status: the generator's status for this prediction.
+        gold: gold execution on the source engine (None when the gold could not be run).
+        pred: predicted execution on the target engine (None when there was no SQL to run).
+        compare_fn: ``(gold_table, pred_table) -> Comparison`` (``match``, ``reason``, ``flags``),
+            usually ``functools.partial(result_set.compare, shape=..., policy=..., probe=...)``.
+        gold_error: a message when the example's gold cannot run at all (missing database).
+    """
+    if gold_error is not None or gold is None:
+        return Verdict("gold_error", "gold_unavailable" if gold is None else f"gold_{gold.status.value}")
+    if gold.status is not ExecStatus.OK:
+        return Verdict("gold_error", f"gold_{gold.status.value}")
+    gen_status = GenStatus(gen_status)
+    if gen_status is not GenStatus.OK:
+        return Verdict("fail", _GEN_REASON[gen_status])
+    if pred is None:
+        return Verdict("fail", "no_sql")
+    if pred.status is not ExecStatus.OK:
+        return Verdict("fail", f"pred_{pred.status.value}")
+    cmp = compare_fn(gold.table, pred.table)
+    return Verdict("pass" if cmp.match else "fail", cmp.reason, "observed", tuple(cmp.flags))
+
+
+def rows_of(result: ExecutionResult | None) -> int:
+    """Row count of a result set, -1 when there is none."""
+    return result.table.num_rows if (result is not None and isinstance(result.table, pa.Table)) else -1

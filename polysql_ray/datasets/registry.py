@@ -1,0 +1,45 @@
+"""Layout name -> loader. Adding a layout is one entry in :data:`LOADERS`.
+
+Usage::
+
+    from polysql_ray.datasets.registry import load_dataset
+    examples = load_dataset({"name": "spider", "layout": "spider", "root": "../shared/data/spider"})
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from polysql_ray.datasets.base import DatasetError, DatasetLoader, as_config
+from polysql_ray.datasets.example import Example, SourceDatabase
+
+#: layout name -> "module:Class" (imported lazily).
+LOADERS: dict[str, str] = {
+    "spider": "polysql_ray.datasets.spider:SpiderLoader",
+    "bird": "polysql_ray.datasets.bird:BirdLoader",
+    "jsonl": "polysql_ray.datasets.jsonl:JsonlLoader",
+    "quickstart": "polysql_ray.datasets.quickstart:QuickstartLoader",
+}
+
+
+def get_loader(layout: str) -> DatasetLoader:
+    """The loader for ``layout``; DatasetError listing the known layouts otherwise."""
+    target = LOADERS.get(layout)
+    if target is None:
+        raise DatasetError(f"unknown dataset layout {layout!r}; known layouts: {', '.join(sorted(LOADERS))}")
+    mod, _, cls = target.partition(":")
+    return getattr(importlib.import_module(mod), cls)()
+
+
+def load_dataset(cfg: Any) -> list[Example]:
+    """Examples of the dataset described by ``cfg`` (dict, OmegaConf node or
+    DatasetConfig with ``name``, ``layout``, ``root``, optional ``file``, ``db_dir``,
+    ``limit``, ``db_ids``). Raises DatasetError with a user-facing message."""
+    c = as_config(cfg)
+    return get_loader(c.layout).load(c)
+
+
+def dataset_sources(cfg: Any) -> list[SourceDatabase]:
+    """Distinct source databases of ``load_dataset(cfg)`` (what replication copies)."""
+    c = as_config(cfg)
+    return get_loader(c.layout).sources(c)

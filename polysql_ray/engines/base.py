@@ -1,0 +1,108 @@
+"""The engine protocol: run one untrusted, read-only statement and return an Arrow table.
+
+Every engine module (``sqlite.py``, ``duckdb.py``, ``postgres.py`` ...) is a small class whose
+behaviour is mostly data (read-only settings, error-code table), in the style of sqlglot's
+dialect classes. The contract (DEVELOPERS.md, evaluation-notes.md section 4):
+
+* read-only at the engine level, exactly one SELECT/WITH statement,
+* an engine-side timeout that really interrupts the engine,
+* a row cap (``too_large`` past it),
+* a typed :class:`ExecStatus` for every failure, never an exception escaping ``execute``.
+"""
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import pyarrow as pa
+
+
+class ExecStatus(str, enum.Enum):
+    """Outcome of one execution. The values are stored verbatim in the results store."""
+
+    OK = "ok"
+    SYNTAX = "syntax"          # the engine could not parse the statement
+    SCHEMA = "schema"          # unknown table / column / function
+    RUNTIME = "runtime"        # parsed and bound, failed while running (type error, div by zero ...)
+    TIMEOUT = "timeout"        # interrupted by the engine-side timeout
+    REJECTED = "rejected"      # not exactly one read-only SELECT/WITH statement, or sandbox refusal
+    TOO_LARGE = "too_large"    # more rows than the row cap
+    UNAVAILABLE = "unavailable"  # database missing / server unreachable: not the SQL's fault
+    EMPTY = "empty"            # no SQL to run (generator produced nothing)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-query sandbox limits.
+
+    Attributes:
+        timeout_s: wall-clock seconds after which the engine interrupts the query.
+        row_cap: maximum rows a result set may have; more gives ``too_large``.
+    """
+
+    timeout_s: float = 30.0
+    row_cap: int = 100_000
+
+
+@dataclass
+class ExecutionResult:
+    """What one execution returned.
+
+    Attributes:
+        status: typed outcome.
+        table: the result set as an Arrow table (columns positional, names as the engine
+            returned them; duplicates allowed) when ``status`` is OK, else None.
+        error: engine error message (first 2,000 characters) when not OK.
+        elapsed_s: wall seconds spent inside the engine call.
+    """
+
+    status: ExecStatus
+    table: pa.Table | None = None
+    error: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is ExecStatus.OK
+
+    @classmethod
+    def failure(cls, status: ExecStatus, error: str, elapsed_s: float = 0.0) -> "ExecutionResult":
+        return cls(status=status, table=None, error=(error or "")[:2000], elapsed_s=elapsed_s)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A target (or source) engine.
+
+    Attributes:
+        name: engine name used in configs and the store (``sqlite``, ``duckdb`` ...).
+        dialect: sqlglot dialect name of the SQL this engine accepts.
+    """
+
+    name: str
+    dialect: str
+
+    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        """Run one untrusted statement read-only against the database at ``location``.
+
+        Never raises for bad SQL, timeouts or a missing database: those become typed results.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release connections/handles."""
+        ...
+
+
+class Stopwatch:
+    """Tiny helper: ``with Stopwatch() as sw: ...; sw.elapsed`` in seconds."""
+
+    def __enter__(self) -> "Stopwatch":
+        self._t0 = time.perf_counter()
+        self.elapsed = 0.0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.elapsed = time.perf_counter() - self._t0

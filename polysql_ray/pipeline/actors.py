@@ -1,0 +1,110 @@
+"""Ray actors and tasks of the pipeline: execution actors per engine, Arrow scoring tasks.
+
+* :class:`ExecutionActor` holds one engine (and so its connections / open database handles)
+  and runs batches of SQL one statement at a time inside the engine sandbox. The number of
+  actors per engine is the engine's bounded concurrency (``engines.<name>.actors``).
+* :func:`score_batch` turns a batch of work items plus their execution results into one Arrow
+  table of score rows (:data:`polysql_ray.store.schema.SCORE_SCHEMA`).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import time
+from typing import Any
+
+import pyarrow as pa
+import ray
+
+from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
+from polysql_ray.store.schema import SCORE_SCHEMA
+
+
+class ExecutionActor:
+    """Runs SQL on one engine. Created as a Ray actor by the driver.
+
+    Args:
+        engine: engine name (``sqlite``, ``duckdb`` ...).
+        settings: engine settings from ``engines.<name>`` (minus scheduling keys).
+        limits: per-query timeout (s) and row cap.
+    """
+
+    def __init__(self, engine: str, settings: dict, limits: dict) -> None:
+        from polysql_ray.engines.registry import make_engine
+
+        self.engine = make_engine(engine, **settings)
+        self.limits = Limits(**limits)
+
+    def execute_batch(self, requests: list[tuple[str, str]]):
+        """Run ``[(location, sql), ...]``; returns one ExecutionResult per request followed by a
+        stats dict ``{"n": int, "engine_s": float}`` (``num_returns = len(requests) + 1``)."""
+        out: list[Any] = []
+        engine_s = 0.0
+        for location, sql in requests:
+            t0 = time.perf_counter()
+            try:
+                res = self.engine.execute(location, sql, self.limits)
+            except Exception as exc:  # an engine bug must not kill the batch: keep it visible
+                res = ExecutionResult.failure(ExecStatus.RUNTIME, f"engine raised {type(exc).__name__}: {exc}")
+            engine_s += time.perf_counter() - t0
+            out.append(res)
+        out.append({"n": len(requests), "engine_s": engine_s})
+        return tuple(out)
+
+    def ping(self) -> str:
+        return self.engine.name
+
+
+def _nullable_str(x: str | None) -> str | None:
+    return None if x is None else str(x)
+
+
+@ray.remote
+def score_batch(items: list[dict], result_refs: list, policy: dict) -> pa.Table:
+    """Score one batch of predictions.
+
+    Args:
+        items: row metadata per prediction: every SCORE_SCHEMA field known before execution,
+            plus ``_gold``/``_probe``/``_pred`` (indices into ``result_refs`` or None),
+            ``_shape`` (GoldShape) and ``_gen_status``/``_gold_error``.
+        result_refs: ObjectRefs of ExecutionResults (nested, so fetched here, once each).
+        policy: the comparison policy as a mapping.
+
+    Returns: an Arrow table with SCORE_SCHEMA, one row per item, same order.
+    """
+    from polysql_ray.comparison.policy import ComparisonPolicy
+    from polysql_ray.comparison.result_set import compare
+    from polysql_ray.comparison.verdict import decide, rows_of
+
+    pol = ComparisonPolicy.from_config(policy)
+    results = ray.get(list(result_refs)) if result_refs else []
+    now = dt.datetime.now(dt.timezone.utc)
+    rows = []
+    for it in items:
+        gold = results[it["_gold"]] if it["_gold"] is not None else None
+        probe = results[it["_probe"]] if it["_probe"] is not None else None
+        pred = results[it["_pred"]] if it["_pred"] is not None else None
+        probe_table = probe.table if (probe is not None and probe.ok) else None
+        t0 = time.perf_counter()
+        cmp_fn = functools.partial(_compare_tables, compare=compare, shape=it["_shape"], policy=pol, probe=probe_table)
+        v = decide(it["_gen_status"], gold, pred, cmp_fn, gold_error=it["_gold_error"])
+        score_s = time.perf_counter() - t0
+        row = {k: v_ for k, v_ in it.items() if not k.startswith("_")}
+        row.update(
+            gold_status=(gold.status.value if gold is not None else "unavailable"),
+            gold_error=_nullable_str(it["_gold_error"] or (gold.error if gold is not None else None)),
+            pred_status=(pred.status.value if pred is not None else ExecStatus.EMPTY.value),
+            pred_error=_nullable_str(pred.error if pred is not None else None),
+            correct=v.correct, verdict=v.verdict, reason=v.reason, basis=v.basis,
+            flags=",".join(v.flags), policy_version=pol.version,
+            gold_rows=rows_of(gold), pred_rows=rows_of(pred),
+            gold_exec_s=(gold.elapsed_s if gold is not None else 0.0),
+            pred_exec_s=(pred.elapsed_s if pred is not None else 0.0),
+            score_s=score_s, scored_at=now,
+        )
+        rows.append(row)
+    return pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)
+
+
+def _compare_tables(gold_table, pred_table, *, compare, shape, policy, probe):
+    return compare(gold_table, pred_table, shape, policy, probe=probe)

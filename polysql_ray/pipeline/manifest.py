@@ -1,0 +1,58 @@
+"""The run manifest written beside the store: composed config, package versions, git SHA."""
+from __future__ import annotations
+
+import importlib.metadata as md
+import platform
+import subprocess
+from pathlib import Path
+
+PACKAGES = ("polysql_ray", "ray", "sqlglot", "duckdb", "pyarrow", "hydra-core", "psycopg", "pymysql", "chdb",
+            "scipy", "statsmodels", "vllm", "transformers")
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages that can change a score (missing ones omitted)."""
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def git_sha(path: str | Path | None = None) -> str | None:
+    """HEAD commit of the project checkout (``-dirty`` appended when it has changes), else None."""
+    root = Path(path or Path(__file__).resolve().parents[2])
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (sha + ("-dirty" if dirty else "")) if sha else None
+
+
+def redact(obj):
+    """Copy of a config mapping with any key containing password/secret/token/api_key masked."""
+    if isinstance(obj, dict):
+        return {k: ("***" if any(s in str(k).lower() for s in ("password", "secret", "token", "api_key")) and v
+                    and not str(k).endswith("_env") and not str(k).endswith("_file") else redact(v))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [redact(v) for v in obj]
+    return obj
+
+
+def run_manifest(cfg: dict, grid, policy) -> dict:
+    """Everything needed to reproduce a run."""
+    return {
+        "config": redact(cfg),
+        "packages": package_versions(),
+        "git_sha": git_sha(),
+        "policy_version": getattr(policy, "version", None),
+        "policy_fingerprint": policy.fingerprint(),
+        "cells": [vars(c) for c in grid.cells],
+        "datasets": {k: len(v) for k, v in grid.datasets.items()},
+    }

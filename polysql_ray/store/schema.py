@@ -1,0 +1,60 @@
+"""Arrow schema of one row in ``<results_dir>/scores/**/*.parquet``: one scored prediction.
+
+Key: ``key = sha256(cell_key, question_id)``, ``cell_key = sha256(model, generator fingerprint,
+dataset, dialect, instruction_level, comparison policy fingerprint)``. A rerun of the same sweep
+finds every key already stored and skips it.
+
+Verdict vocabulary (stored verbatim):
+
+* ``verdict``: ``pass`` | ``fail`` | ``inconclusive`` | ``gold_error``.
+* ``correct``: ``verdict == "pass"``.
+* ``reason``: ``match`` on a pass; for result-set mismatches a comparison reason code
+  (``column_count``, ``row_count``, ``order``, ``values`` ...); ``pred_<status>`` when the
+  prediction did not execute (``pred_syntax``, ``pred_timeout`` ...); ``gold_<status>`` for
+  gold errors; ``no_sql`` / ``missing`` when the generator produced nothing.
+* ``basis``: ``observed`` (dual execution), ``proven`` (structural equivalence), ``judged``.
+* ``flags``: comma-separated caveats (``ties_at_limit`` ...), "" when none.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCORE_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("cell_key", pa.string()),
+        ("run_id", pa.string()),
+        ("model", pa.string()),
+        ("generator", pa.string()),
+        ("generator_fingerprint", pa.string()),
+        ("dataset", pa.string()),
+        ("dialect", pa.string()),
+        ("source_engine", pa.string()),
+        ("target_engine", pa.string()),
+        ("instruction_level", pa.string()),
+        ("question_id", pa.string()),
+        ("db_id", pa.string()),
+        ("gold_sql", pa.string()),
+        ("pred_sql", pa.string()),
+        ("gen_status", pa.string()),
+        ("gold_status", pa.string()),
+        ("gold_error", pa.string()),
+        ("pred_status", pa.string()),
+        ("pred_error", pa.string()),
+        ("correct", pa.bool_()),
+        ("verdict", pa.string()),
+        ("reason", pa.string()),
+        ("basis", pa.string()),
+        ("flags", pa.string()),
+        ("policy_version", pa.string()),
+        ("gold_rows", pa.int64()),
+        ("pred_rows", pa.int64()),
+        ("gold_exec_s", pa.float64()),
+        ("pred_exec_s", pa.float64()),
+        ("score_s", pa.float64()),
+        ("scored_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+VERDICTS = ("pass", "fail", "inconclusive", "gold_error")
+BASES = ("observed", "proven", "judged")
