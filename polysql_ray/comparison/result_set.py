@@ -1,0 +1,441 @@
+"""Comparing a gold result set with a predicted result set (the verdict behind EX).
+
+Policy (docs/evaluation-notes.md section 2; PolySQL arXiv 2605.07796 dual execution):
+
+* **Columns are positional**; names/aliases are ignored. With ``extra_pred_columns`` a
+  prediction with more columns is accepted when some predicted columns reproduce the gold
+  columns *row-wise*. They are chosen without permutation search: each gold column gets the
+  candidate predicted columns holding the same multiset of values (positional one first;
+  row-wise identical candidates are tried once), then candidate mappings are verified on whole
+  rows, at most :data:`MAX_MAPPINGS` of them. Columns are never sorted independently: values
+  stay in their rows.
+* **Bag semantics** (no top-level ORDER BY in the gold): the multisets of canonical rows must
+  be equal -- duplicates count, so a missing DISTINCT fails.
+* **List semantics** (top-level ORDER BY): rows compare in order, except that consecutive gold
+  rows tied on the ORDER BY keys form a group compared as a multiset. Keys come from the gold
+  table when they are output columns, else from the probe (shape.py). Unknown keys: strict
+  order, flag ``order_keys_unknown``.
+* **ORDER BY ... LIMIT k with ties at the cut** (a probe row past k ties with row k): flag
+  ``ties_at_limit``. Under ``policy.ties_at_limit == "lenient"`` the predicted rows of the last
+  tie group may be any choice among *all* tied rows known from the probe (a sub-multiset);
+  under ``strict`` they must equal the gold's choice.
+* **Numbers**: integer-typed pairs exactly, others within the policy tolerance. Tolerant
+  multiset matching is exact, not rounding-based: rows are grouped by their exactly compared
+  columns, each group is paired in sorted order, and groups that do not pair are resolved by
+  maximum bipartite matching (scipy) on the tolerance relation (two-pointer for one float
+  column; above :data:`BIPARTITE_CAP` cells, sorted pairing with flag ``tolerance_match_capped``).
+
+Reason codes (exactly one per comparison, most informative first):
+
+``match``; ``no_result`` (a table is None); ``column_count`` (fewer predicted columns, or more
+when not tolerated); ``row_count``; ``types`` (values equal only if the policy relaxed
+string/number, date/string and bool/int typing, e.g. '5' vs 5); ``values`` (the row multisets
+differ); ``order`` (same rows, wrong order); ``compare_error`` (only from ``compare_batch``,
+an internal exception).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import maximum_bipartite_matching
+
+from .normalize import PairCodes, canonical_column, close, pair_codes
+from .policy import ComparisonPolicy
+from .shape import GoldShape
+
+REASONS = ("match", "no_result", "column_count", "row_count", "types", "values", "order",
+           "compare_error")
+MAX_MAPPINGS = 32          # verified column mappings per comparison (extra predicted columns)
+BIPARTITE_CAP = 4_000_000  # max gold x pred cells of one tolerance-matching group
+SAMPLE_ROWS = 3
+
+
+@dataclass(frozen=True)
+class Diff:
+    """What differs, for reports (never used for the verdict).
+
+    Attributes:
+        gold_rows, pred_rows: row counts.
+        missing_rows: gold rows (as a multiset) with no predicted partner.
+        extra_rows: predicted rows with no gold partner.
+        missing_sample, extra_sample: up to 3 such rows each (Python values, mapped columns).
+        column_mapping: predicted column index used for each gold column.
+        first_order_mismatch: first gold position whose tie group differs (reason ``order``).
+    """
+
+    gold_rows: int
+    pred_rows: int
+    missing_rows: int = 0
+    extra_rows: int = 0
+    missing_sample: tuple[tuple, ...] = ()
+    extra_sample: tuple[tuple, ...] = ()
+    column_mapping: tuple[int, ...] = ()
+    first_order_mismatch: int | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict of one comparison.
+
+    Attributes:
+        match: the predicted result set equals the gold under the policy.
+        reason: one code of :data:`REASONS`.
+        flags: caveats (``ties_at_limit``, ``extra_pred_columns_used``, ``unparsed_gold`` ...).
+        diff: details of the difference (None for ``no_result``/``compare_error``).
+        detail: free text (the exception for ``compare_error``).
+    """
+
+    match: bool
+    reason: str
+    flags: tuple[str, ...] = ()
+    diff: Diff | None = None
+    detail: str = ""
+
+
+# ----------------------------------------------------------------------------- multiset core
+def _surplus(ids: np.ndarray, other_counts: np.ndarray) -> np.ndarray:
+    """Indices of rows in ``ids`` (group id per row) beyond the other side's count per group."""
+    if len(ids) == 0:
+        return ids.astype(np.int64)
+    order = np.argsort(ids, kind="stable")
+    s = ids[order]
+    rank = np.arange(len(s)) - np.searchsorted(s, s, side="left")
+    return np.sort(order[rank >= other_counts[s]])
+
+
+def _row_ids(mat: np.ndarray) -> np.ndarray:
+    """Dense id per row of an (n, k) int64 code matrix: equal rows <=> equal ids.
+
+    Folds one column at a time into a 1-D key (``id * (max+2) + code + 1``, codes >= -1, ids
+    dense so no overflow below ~3e9 rows), much faster than ``np.unique(axis=0)``.
+    """
+    gid = np.zeros(len(mat), np.int64)
+    for c in mat.T:
+        c = c.astype(np.int64)
+        _, gid = np.unique(gid * (int(c.max()) + 2) + c + 1, return_inverse=True)
+        gid = gid.ravel().astype(np.int64)
+    return gid
+
+
+def _match_group(a: np.ndarray, b: np.ndarray, gf: np.ndarray, pf: np.ndarray,
+                 policy: ComparisonPolicy) -> tuple[list[int], list[int], bool]:
+    """Tolerance matching of gold rows ``a`` against predicted rows ``b`` (index arrays)."""
+    ga, pb = gf[a], pf[b]
+    if ga.shape[1] > 1 and len(a) * len(b) <= BIPARTITE_CAP:
+        adj = close(ga[:, None, :], pb[None, :, :], policy).all(axis=2)
+        mt = maximum_bipartite_matching(csr_matrix(adj), perm_type="column")
+        used = set(mt[mt >= 0].tolist())
+        return ([int(a[i]) for i in np.nonzero(mt < 0)[0]],
+                [int(b[j]) for j in range(len(b)) if j not in used], False)
+    # one float column (two-pointer on sorted values is a maximum matching), or capped
+    oa = np.lexsort(ga.T[::-1]) if ga.shape[1] else np.arange(len(a))
+    ob = np.lexsort(pb.T[::-1]) if pb.shape[1] else np.arange(len(b))
+    i = j = 0
+    ua, ub = [], []
+    while i < len(a) and j < len(b):
+        x, y = ga[oa[i]], pb[ob[j]]
+        if close(x, y, policy).all():
+            i, j = i + 1, j + 1
+        elif tuple(np.nan_to_num(x, nan=np.inf)) < tuple(np.nan_to_num(y, nan=np.inf)):
+            ua.append(int(a[oa[i]]))
+            i += 1
+        else:
+            ub.append(int(b[ob[j]]))
+            j += 1
+    ua += [int(a[k]) for k in oa[i:]]
+    ub += [int(b[k]) for k in ob[j:]]
+    return ua, ub, ga.shape[1] > 1
+
+
+def unmatched_rows(ge: np.ndarray, pe: np.ndarray, gf: np.ndarray, pf: np.ndarray,
+                   policy: ComparisonPolicy) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Multiset difference of gold rows and predicted rows.
+
+    Args:
+        ge, pe: (n, ke) and (m, ke) int64 codes of the exactly compared columns.
+        gf, pf: (n, kf) and (m, kf) float64 values of the tolerance-compared columns.
+        policy: the tolerance.
+    Returns:
+        (unmatched gold row indices, unmatched predicted row indices, capped): both empty iff
+        the multisets are equal (``capped``: a group was too large for exact matching).
+    """
+    n, m = len(ge), len(pe)
+    if n + m == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64), False
+    gid = _row_ids(np.concatenate([ge, pe]))
+    gg, pg = gid[:n], gid[n:]
+    ng = int(gid.max()) + 1
+    cg, cp = np.bincount(gg, minlength=ng), np.bincount(pg, minlength=ng)
+    if gf.shape[1] == 0:
+        return _surplus(gg, cp), _surplus(pg, cg), False
+    og = np.lexsort(list(gf.T[::-1]) + [gg])
+    op = np.lexsort(list(pf.T[::-1]) + [pg])
+    sg, sp = gg[og], pg[op]
+    bad = cg != cp
+    if n and m:
+        rank = np.arange(n) - np.searchsorted(sg, sg)
+        cand = np.minimum(np.searchsorted(sp, sg) + rank, m - 1)
+        ok = (cg[sg] == cp[sg]) & close(gf[og], pf[op[cand]], policy).all(axis=1)
+        bad |= np.bincount(sg[~ok], minlength=ng) > 0
+    if not bad.any():
+        return np.empty(0, np.int64), np.empty(0, np.int64), False
+    ug = [og[bad[sg] & (cp[sg] == 0)]]
+    up = [op[bad[sp] & (cg[sp] == 0)]]
+    capped = False
+    gstart, pstart = np.searchsorted(sg, np.arange(ng)), np.searchsorted(sp, np.arange(ng))
+    for g in np.nonzero(bad & (cg > 0) & (cp > 0))[0]:
+        a = og[gstart[g]:gstart[g] + cg[g]]
+        b = op[pstart[g]:pstart[g] + cp[g]]
+        ua, ub, c = _match_group(a, b, gf, pf, policy)
+        ug.append(np.asarray(ua, np.int64))
+        up.append(np.asarray(ub, np.int64))
+        capped |= c
+    return np.sort(np.concatenate(ug)), np.sort(np.concatenate(up)), capped
+
+
+# ----------------------------------------------------------------------------- helpers
+def _stack(pairs: list[PairCodes]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(ge, pe, gf, pf) matrices from per-column pair codes."""
+    def mat(cols, n):
+        return np.column_stack(cols) if cols else np.empty((n, 0))
+    n = len(pairs[0].gold) if pairs else 0
+    m = len(pairs[0].pred) if pairs else 0
+    ge = mat([p.gold for p in pairs], n).astype(np.int64)
+    pe = mat([p.pred for p in pairs], m).astype(np.int64)
+    gf = mat([p.gold_f for p in pairs if p.gold_f is not None], n).astype(np.float64)
+    pf = mat([p.pred_f for p in pairs if p.pred_f is not None], m).astype(np.float64)
+    return ge, pe, gf, pf
+
+
+def _rows(table: pa.Table, idx: np.ndarray, cols: tuple[int, ...]) -> tuple[tuple, ...]:
+    if len(idx) == 0 or not cols:
+        return ()
+    sub = table.select(list(cols)).take(pa.array(idx[:SAMPLE_ROWS]))
+    return tuple(zip(*(c.to_pylist() for c in sub.columns)))
+
+
+def _key_matrix(table: pa.Table, keys: tuple[int, ...], policy: ComparisonPolicy) -> np.ndarray:
+    """(rows, nkeys*2) float matrix of exact key values of ``table`` (for tie grouping)."""
+    cols = []
+    for k in keys:
+        c = canonical_column(table.column(k), policy)
+        pc_ = pair_codes(c, c, policy)
+        cols.append(pc_.gold.astype(np.float64))
+        cols.append(pc_.gold_f if pc_.gold_f is not None else np.zeros(len(pc_.gold)))
+    return np.column_stack(cols) if cols else np.zeros((table.num_rows, 1))
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise exact equality of key rows (NaN == NaN)."""
+    return ((a == b) | (np.isnan(a) & np.isnan(b))).all(axis=-1)
+
+
+class _Ctx:
+    """Per-comparison caches: canonical columns and pair codes."""
+
+    def __init__(self, gold: pa.Table, pred: pa.Table, policy: ComparisonPolicy):
+        self.gold, self.pred, self.policy = gold, pred, policy
+        self.cg = [canonical_column(c, policy) for c in gold.columns]
+        self.cp = [canonical_column(c, policy) for c in pred.columns]
+        self._pairs: dict[tuple[int, int], PairCodes] = {}
+
+    def pair(self, i: int, j: int) -> PairCodes:
+        if (i, j) not in self._pairs:
+            self._pairs[(i, j)] = pair_codes(self.cg[i], self.cp[j], self.policy)
+        return self._pairs[(i, j)]
+
+    def column_equal(self, i: int, j: int) -> bool:
+        ug, up, _ = unmatched_rows(*_stack([self.pair(i, j)]), self.policy)
+        return len(ug) == 0 and len(up) == 0
+
+    def signature(self, i: int, j: int) -> bytes:
+        p = self.pair(i, j)
+        return p.pred.tobytes() + (p.pred_f.tobytes() if p.pred_f is not None else b"")
+
+
+def _mappings(ctx: _Ctx, k: int, m: int, flags: list[str]):
+    """Yield injective column mappings (tuple of pred index per gold column), best first."""
+    if m == k:
+        yield tuple(range(k))
+        return
+    cands = []
+    for i in range(k):
+        order = [i] + [j for j in range(m) if j != i] if i < m else list(range(m))
+        cands.append([j for j in order if ctx.column_equal(i, j)])
+    if not all(cands):
+        yield tuple(range(k))  # some gold column appears nowhere: the positional diff
+        return
+    budget = [10_000]
+
+    def rec(i: int, used: tuple[int, ...]):
+        if i == k:
+            yield used
+            return
+        seen: set[bytes] = set()
+        for j in cands[i]:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return
+            if j in used:
+                continue
+            sig = ctx.signature(i, j)
+            if sig in seen:  # row-wise identical to a column already tried here
+                continue
+            seen.add(sig)
+            yield from rec(i + 1, used + (j,))
+
+    for n_, mp in enumerate(rec(0, ())):
+        if n_ >= MAX_MAPPINGS:
+            flags.append("mapping_search_capped")
+            return
+        yield mp
+
+
+# ----------------------------------------------------------------------------- verdict
+def _tie_groups(gold: pa.Table, shape: GoldShape, probe: pa.Table | None,
+                policy: ComparisonPolicy, flags: list[str]):
+    """Tie-group id per gold row, and (start of last group, probe rows tied at the cut) or None."""
+    n = gold.num_rows
+    strict = np.arange(n, dtype=np.int64)
+    if not shape.ordered or n == 0:
+        return strict, None
+    src, keys = None, ()
+    if probe is not None and shape.probe_keys:
+        if probe.num_rows >= n and probe.num_columns >= gold.num_columns:
+            src, keys = probe, shape.probe_keys
+        else:
+            flags.append("probe_mismatch")
+    if src is None and shape.keys_complete and shape.order_keys:
+        src, keys = gold, shape.order_keys
+    if src is None:
+        if "order_keys_unknown" not in flags:
+            flags.append("order_keys_unknown")
+        return strict, None
+    K = _key_matrix(src, keys, policy)
+    groups = np.concatenate([[0], np.cumsum(~_same(K[1:n], K[:n - 1]))]).astype(np.int64)
+    if src is probe and shape.limit is not None and n == shape.limit and probe.num_rows > n \
+            and _same(K[n], K[n - 1]):
+        flags.append("ties_at_limit")
+        if policy.ties_at_limit == "lenient":
+            s = int(np.searchsorted(groups, groups[-1]))
+            tail = _same(K[s:], K[n - 1])
+            end = s + (int(np.argmin(tail)) if not tail.all() else len(tail))
+            return groups, (s, probe.slice(s, end - s).select(list(range(gold.num_columns))))
+    return groups, None
+
+
+def _not_tied(ctx: _Ctx, mapping: tuple[int, ...], tied: pa.Table, idx: np.ndarray) -> np.ndarray:
+    """Predicted rows ``idx`` that are not a sub-multiset of the probe's ``tied`` rows."""
+    if len(idx) == 0:
+        return idx
+    sub = ctx.pred.select(list(mapping)).take(pa.array(idx))
+    pairs = [pair_codes(canonical_column(a, ctx.policy), canonical_column(b, ctx.policy), ctx.policy)
+             for a, b in zip(tied.columns, sub.columns)]
+    _, up, _ = unmatched_rows(*_stack(pairs), ctx.policy)
+    return idx[up]
+
+
+def _evaluate(ctx: _Ctx, mapping: tuple[int, ...], ordered: bool, groups: np.ndarray,
+              cut, flags: list[str]) -> tuple[str, Diff]:
+    """Verdict for one column mapping: ``match`` | ``values`` | ``order``, with its diff.
+
+    With ``cut = (s, tied)`` (lenient ties at the LIMIT cut) the gold rows from position ``s`` on
+    are replaced by "any rows among ``tied``": the predicted multiset must contain the gold's
+    first ``s`` rows and otherwise only tied rows (else ``values``), then positions ``< s``
+    follow the tie groups and positions ``>= s`` are tied rows (else ``order``).
+    """
+    gold, pred, policy = ctx.gold, ctx.pred, ctx.policy
+    n = gold.num_rows
+    s = cut[0] if cut else n
+    ge, pe, gf, pf = _stack([ctx.pair(i, j) for i, j in enumerate(mapping)])
+    ug, up, capped = unmatched_rows(ge[:s], pe, gf[:s], pf, policy)
+    if cut:
+        up = _not_tied(ctx, mapping, cut[1], up)
+    if capped:
+        flags.append("tolerance_match_capped")
+    diff = Diff(n, pred.num_rows, len(ug), len(up), _rows(gold, ug, tuple(range(len(mapping)))),
+                _rows(pred, up, mapping), mapping)
+    if len(ug) or len(up):
+        return "values", diff
+    if not ordered:
+        return "match", diff
+    g2 = groups[:s, None]
+    og, op, _ = unmatched_rows(np.hstack([ge[:s], g2]), np.hstack([pe[:s], g2]), gf[:s], pf[:s], policy)
+    bad = [int(x) for x in np.concatenate([og, op])]
+    if cut:
+        bad += [int(x) for x in _not_tied(ctx, mapping, cut[1], np.arange(s, n))]
+    if bad:
+        return "order", dataclasses.replace(diff, first_order_mismatch=min(bad))
+    return "match", diff
+
+
+_RANK = {"match": 0, "order": 1, "values": 2}
+
+
+def compare(gold: pa.Table | None, pred: pa.Table | None, shape: GoldShape,
+            policy: ComparisonPolicy, probe: pa.Table | None = None) -> Comparison:
+    """Compare a gold result set with a predicted one under ``policy`` (module docstring).
+
+    Args:
+        gold: gold result set (source engine), columns positional.
+        pred: predicted result set (target engine).
+        shape: :func:`polysql_ray.comparison.shape.analyze_gold` of the gold SQL.
+        policy: the comparison policy.
+        probe: the result of ``shape.probe_sql`` on the gold engine, when it is not None.
+    Returns:
+        a :class:`Comparison`; raises only on internal errors.
+    """
+    flags = list(shape.flags)
+    if gold is None or pred is None:
+        return Comparison(False, "no_result", tuple(flags))
+    k, m = gold.num_columns, pred.num_columns
+    base = Diff(gold.num_rows, pred.num_rows)
+    if m < k or (m > k and not policy.extra_pred_columns):
+        return Comparison(False, "column_count", tuple(flags), base)
+    ctx = _Ctx(gold, pred, policy)
+    if gold.num_rows != pred.num_rows:
+        ge, pe, gf, pf = _stack([ctx.pair(i, i) for i in range(k)])
+        ug, up, _ = unmatched_rows(ge, pe, gf, pf, policy) if k else ([], [], False)
+        diff = Diff(gold.num_rows, pred.num_rows, len(ug), len(up), _rows(gold, np.asarray(ug), tuple(range(k))),
+                    _rows(pred, np.asarray(up), tuple(range(k))), tuple(range(k)))
+        return Comparison(False, "row_count", tuple(flags), diff)
+    ordered = policy.order == "list" or (policy.order == "auto" and shape.ordered)
+    groups, cut = _tie_groups(gold, shape, probe, policy, flags) if ordered else (None, None)
+    best: tuple[str, Diff] | None = None
+    for mapping in _mappings(ctx, k, m, flags):
+        res = _evaluate(ctx, mapping, ordered, groups, cut, flags)
+        if best is None or _RANK[res[0]] < _RANK[best[0]]:
+            best = res
+        if res[0] == "match":
+            break
+    reason, diff = best
+    if reason == "match" and m > k:
+        flags.append("extra_pred_columns_used")
+    if reason == "values" and any(ctx.pair(i, j).mode == "disjoint" and ctx.cg[i].kind != "null"
+                                  and ctx.cp[j].kind != "null" for i, j in enumerate(diff.column_mapping)):
+        relaxed = dataclasses.replace(policy, string_number_equal=True, date_string_equal=True,
+                                      bool_as_int=True)
+        if relaxed != policy and compare(gold, pred, shape, relaxed, probe).match:
+            reason = "types"
+    return Comparison(reason == "match", reason, tuple(dict.fromkeys(flags)), diff)
+
+
+def compare_batch(items: list[tuple[pa.Table | None, pa.Table | None, GoldShape, pa.Table | None]],
+                  policy: ComparisonPolicy) -> list[Comparison]:
+    """Compare many (gold, pred, shape, probe) items; used by the Ray scoring tasks.
+
+    An internal exception on one item yields ``Comparison(False, "compare_error", detail=...)``
+    for that item instead of failing the batch.
+    """
+    out = []
+    for gold, pred, shape, probe in items:
+        try:
+            out.append(compare(gold, pred, shape, policy, probe))
+        except Exception as e:  # keep the batch alive; the item is recorded as an error
+            out.append(Comparison(False, "compare_error", tuple(shape.flags), None,
+                                  f"{type(e).__name__}: {e}"[:2000]))
+    return out
