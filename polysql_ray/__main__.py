@@ -25,7 +25,7 @@ def _run(cfg: DictConfig) -> int:
     from polysql_ray.pipeline.driver import run
     from polysql_ray.pipeline.summary import render, write_csv
 
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=200)
     plain = to_plain(cfg)
     stats, table = run(plain, make_conf_loader(plain), OmegaConf.to_yaml(cfg), console=Console(stderr=True))
     name = (plain.get("sweep") or {}).get("name") or "single"

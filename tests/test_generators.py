@@ -155,7 +155,7 @@ def test_gold_generator(spider):
 
 
 def test_registry_errors_and_pkg_paths(tmp_path):
-    with pytest.raises(GeneratorConfigError, match=r"unknown generator 'vlm'; known generators: gold, replay"):
+    with pytest.raises(GeneratorConfigError, match=r"unknown generator 'vlm'; known generators: gold, hf, openai, replay, vllm"):
         make_generator({"name": "m", "generator": "vlm"})
     with pytest.raises(ReplayError, match=r"needs 'predictions: PATH'"):
         make_generator({"name": "m", "generator": "replay"})

@@ -18,7 +18,12 @@ Policy (docs/evaluation-notes.md section 2; PolySQL arXiv 2605.07796 dual execut
 * **ORDER BY ... LIMIT k with ties at the cut** (a probe row past k ties with row k): flag
   ``ties_at_limit``. Under ``policy.ties_at_limit == "lenient"`` the predicted rows of the last
   tie group may be any choice among *all* tied rows known from the probe (a sub-multiset);
-  under ``strict`` they must equal the gold's choice.
+  under ``strict`` they must equal the gold's choice. When the tie group runs to the end of
+  the probe (``LIMIT k + TIE_WINDOW`` rows, shape.py) the probe does not know every tied row:
+  flag ``ties_truncated``, and a prediction that differs from the gold *only* by rows at the
+  cut that the probe did not show gets reason ``ties_truncated`` (verdict ``inconclusive``,
+  verdict.py) instead of a false ``values``/``order`` fail. Found by the fidelity study
+  (issue 3: wta_1 ``ORDER BY birth_date LIMIT 1`` with 518 NULL birth dates tied).
 * **Numbers**: integer-typed pairs exactly, others within the policy tolerance. Tolerant
   multiset matching is exact, not rounding-based: rows are grouped by their exactly compared
   columns, each group is paired in sorted order, and groups that do not pair are resolved by
@@ -45,10 +50,10 @@ from scipy.sparse.csgraph import maximum_bipartite_matching
 
 from .normalize import PairCodes, canonical_column, close, pair_codes
 from .policy import ComparisonPolicy
-from .shape import GoldShape
+from .shape import TIE_WINDOW, GoldShape
 
 REASONS = ("match", "no_result", "column_count", "row_count", "types", "values", "order",
-           "compare_error")
+           "ties_truncated", "compare_error")
 MAX_MAPPINGS = 32          # verified column mappings per comparison (extra predicted columns)
 BIPARTITE_CAP = 4_000_000  # max gold x pred cells of one tolerance-matching group
 SAMPLE_ROWS = 3
@@ -324,7 +329,11 @@ def _tie_groups(gold: pa.Table, shape: GoldShape, probe: pa.Table | None,
             s = int(np.searchsorted(groups, groups[-1]))
             tail = _same(K[s:], K[n - 1])
             end = s + (int(np.argmin(tail)) if not tail.all() else len(tail))
-            return groups, (s, probe.slice(s, end - s).select(list(range(gold.num_columns))))
+            truncated = bool(tail.all()) and probe.num_rows >= shape.limit + TIE_WINDOW
+            if truncated:
+                flags.append("ties_truncated")
+            return groups, (s, probe.slice(s, end - s).select(list(range(gold.num_columns))),
+                            truncated)
     return groups, None
 
 
@@ -360,6 +369,8 @@ def _evaluate(ctx: _Ctx, mapping: tuple[int, ...], ordered: bool, groups: np.nda
     diff = Diff(n, pred.num_rows, len(ug), len(up), _rows(gold, ug, tuple(range(len(mapping)))),
                 _rows(pred, up, mapping), mapping)
     if len(ug) or len(up):
+        if cut and cut[2] and not len(ug):  # only rows the truncated probe could not vouch for
+            return "ties_truncated", diff
         return "values", diff
     if not ordered:
         return "match", diff
@@ -369,11 +380,13 @@ def _evaluate(ctx: _Ctx, mapping: tuple[int, ...], ordered: bool, groups: np.nda
     if cut:
         bad += [int(x) for x in _not_tied(ctx, mapping, cut[1], np.arange(s, n))]
     if bad:
+        if cut and cut[2] and min(bad) >= s:
+            return "ties_truncated", diff
         return "order", dataclasses.replace(diff, first_order_mismatch=min(bad))
     return "match", diff
 
 
-_RANK = {"match": 0, "order": 1, "values": 2}
+_RANK = {"match": 0, "ties_truncated": 1, "order": 2, "values": 3}
 
 
 def compare(gold: pa.Table | None, pred: pa.Table | None, shape: GoldShape,

@@ -11,7 +11,8 @@ are decided (vocabulary in :mod:`polysql_ray.store.schema`):
    ``pred_schema``, ``pred_timeout`` ...); a timeout stays visible as such (EX is reported
    with and without timeouts, evaluation-notes section 4);
 4. both executed -> the result-set comparison of :mod:`polysql_ray.comparison.result_set`
-   decides ``pass`` / ``fail`` with its reason code and flags.
+   decides ``pass`` / ``fail`` with its reason code and flags, or ``inconclusive`` for the
+   reasons in :data:`INCONCLUSIVE_REASONS`.
 """
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ import pyarrow as pa
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult
 from polysql_ray.generation.base import GenStatus
+
+#: Comparison reasons that leave the verdict undecidable from the data the evaluator has:
+#: ``ties_truncated`` (the gold's LIMIT cut falls in a tie group larger than the probe
+#: window, result_set.py) -> verdict ``inconclusive``, never ``fail``.
+INCONCLUSIVE_REASONS: frozenset[str] = frozenset({"ties_truncated"})
 
 _GEN_REASON = {
     GenStatus.NO_SQL: "no_sql",
@@ -52,7 +58,7 @@ class Verdict:
 
 
 def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, pred: ExecutionResult | None,
-           compare_fn, gold_error: str | None = None) -> Verdict:
+           compare_fn, gold_error: str | None = None, proven: bool = False) -> Verdict:
     """Decide the verdict of one prediction.
 
     Args:
@@ -62,6 +68,9 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, pred: Exec
         compare_fn: ``(gold_table, pred_table) -> Comparison`` (``match``, ``reason``, ``flags``),
             usually ``functools.partial(result_set.compare, shape=..., policy=..., probe=...)``.
         gold_error: a message when the example's gold cannot run at all (missing database).
+        proven: the structural check proved the prediction equivalent to the gold; when the
+            prediction was therefore not executed (``pred`` None) the verdict is a ``pass``
+            with basis ``proven`` (the gold still has to run: a failing gold stays a gold error).
     """
     if gold_error is not None or gold is None:
         return Verdict("gold_error", "gold_unavailable" if gold is None else f"gold_{gold.status.value}")
@@ -71,10 +80,12 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, pred: Exec
     if gen_status is not GenStatus.OK:
         return Verdict("fail", _GEN_REASON[gen_status])
     if pred is None:
-        return Verdict("fail", "no_sql")
+        return Verdict("pass", "match", "proven") if proven else Verdict("fail", "no_sql")
     if pred.status is not ExecStatus.OK:
         return Verdict("fail", f"pred_{pred.status.value}")
     cmp = compare_fn(gold.table, pred.table)
+    if cmp.reason in INCONCLUSIVE_REASONS:
+        return Verdict("inconclusive", cmp.reason, "observed", tuple(cmp.flags))
     return Verdict("pass" if cmp.match else "fail", cmp.reason, "observed", tuple(cmp.flags))
 
 

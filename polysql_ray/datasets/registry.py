@@ -19,6 +19,7 @@ LOADERS: dict[str, str] = {
     "bird": "polysql_ray.datasets.bird:BirdLoader",
     "jsonl": "polysql_ray.datasets.jsonl:JsonlLoader",
     "quickstart": "polysql_ray.datasets.quickstart:QuickstartLoader",
+    "spiderman": "polysql_ray.datasets.spiderman:SpidermanLoader",
 }
 
 

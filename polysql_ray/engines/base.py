@@ -67,9 +67,26 @@ class ExecutionResult:
     def ok(self) -> bool:
         return self.status is ExecStatus.OK
 
+    def __reduce__(self):
+        # Ship the table as Arrow IPC: exact (types, duplicate column names, unions) and
+        # independent of Ray's own Arrow reducer, which looks columns up by *name* and fails on
+        # results such as ``SELECT T1.id, T2.id`` (two columns named ``id``).
+        blob = None
+        if self.table is not None:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, self.table.schema) as writer:
+                writer.write_table(self.table)
+            blob = sink.getvalue()
+        return _restore_result, (self.status.value, blob, self.error, self.elapsed_s)
+
     @classmethod
     def failure(cls, status: ExecStatus, error: str, elapsed_s: float = 0.0) -> "ExecutionResult":
         return cls(status=status, table=None, error=(error or "")[:2000], elapsed_s=elapsed_s)
+
+
+def _restore_result(status: str, blob, error: str | None, elapsed_s: float) -> "ExecutionResult":
+    table = pa.ipc.open_stream(blob).read_all() if blob is not None else None
+    return ExecutionResult(ExecStatus(status), table, error, elapsed_s)
 
 
 @runtime_checkable

@@ -33,6 +33,10 @@ class Prediction:
         error: message for non-OK statuses.
         prompt_tokens / completion_tokens: token counts (0 for replay/gold).
         latency_s: generation wall seconds for this example (0 for replay/gold).
+        prompt_sha256: sha256 of the rendered prompt the model saw
+            (:attr:`polysql_ray.generation.prompts.RenderedPrompt.sha256`); "" for replay/gold
+            and for examples whose prompt could not be rendered. Part of the generations-store
+            key (:mod:`polysql_ray.store.generations`).
     """
 
     question_id: str
@@ -43,6 +47,7 @@ class Prediction:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_s: float = 0.0
+    prompt_sha256: str = ""
 
 
 class Generator(Protocol):

@@ -15,6 +15,9 @@ from polysql_ray.generation.base import Generator
 GENERATORS: dict[str, str] = {
     "replay": "polysql_ray.generation.replay:ReplayGenerator",
     "gold": "polysql_ray.generation.gold:GoldGenerator",
+    "openai": "polysql_ray.generation.openai:OpenAIGenerator",
+    "hf": "polysql_ray.generation.hf:HFGenerator",
+    "vllm": "polysql_ray.generation.vllm:VLLMGenerator",
 }
 
 

@@ -87,16 +87,20 @@ def score_batch(items: list[dict], result_refs: list, policy: dict) -> pa.Table:
         probe_table = probe.table if (probe is not None and probe.ok) else None
         t0 = time.perf_counter()
         cmp_fn = functools.partial(_compare_tables, compare=compare, shape=it["_shape"], policy=pol, probe=probe_table)
-        v = decide(it["_gen_status"], gold, pred, cmp_fn, gold_error=it["_gold_error"])
+        structural = it["_structural"]
+        v = decide(it["_gen_status"], gold, pred, cmp_fn, gold_error=it["_gold_error"],
+                   proven=structural == "equivalent")
         score_s = time.perf_counter() - t0
         row = {k: v_ for k, v_ in it.items() if not k.startswith("_")}
         row.update(
             gold_status=(gold.status.value if gold is not None else "unavailable"),
             gold_error=_nullable_str(it["_gold_error"] or (gold.error if gold is not None else None)),
-            pred_status=(pred.status.value if pred is not None else ExecStatus.EMPTY.value),
+            pred_status=(pred.status.value if pred is not None
+                         else "skipped" if v.basis == "proven" else ExecStatus.EMPTY.value),
             pred_error=_nullable_str(pred.error if pred is not None else None),
             correct=v.correct, verdict=v.verdict, reason=v.reason, basis=v.basis,
             flags=",".join(v.flags), policy_version=pol.version,
+            structural=structural, trail=_trail(structural, pred, v),
             gold_rows=rows_of(gold), pred_rows=rows_of(pred),
             gold_exec_s=(gold.elapsed_s if gold is not None else 0.0),
             pred_exec_s=(pred.elapsed_s if pred is not None else 0.0),
@@ -104,6 +108,16 @@ def score_batch(items: list[dict], result_refs: list, policy: dict) -> pa.Table:
         )
         rows.append(row)
     return pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)
+
+
+def _trail(structural: str, pred, verdict) -> str:
+    """Which layers decided, in order: ``structural:<decision>`` then ``execution:<verdict>``."""
+    parts = []
+    if structural:
+        parts.append("structural:" + structural.split(":")[0])
+    if pred is not None:
+        parts.append(f"execution:{verdict.verdict}")
+    return ">".join(parts)
 
 
 def _compare_tables(gold_table, pred_table, *, compare, shape, policy, probe):

@@ -31,6 +31,7 @@ from polysql_ray.datasets.example import Example, SourceDatabase
 from polysql_ray.generation.base import GenStatus, Prediction
 from polysql_ray.pipeline.plan import Cell, ExecRequest, WorkItem, exec_key
 from polysql_ray.pipeline.progress import Progress
+from polysql_ray.pipeline.structural import run_structural
 from polysql_ray.store.parquet import ResultsStore, cell_key, score_key
 
 log = logging.getLogger("polysql_ray")
@@ -68,6 +69,7 @@ class RunStats:
     exec_unique: dict = field(default_factory=lambda: collections.Counter())
     engine_s: dict = field(default_factory=lambda: collections.defaultdict(float))
     replicas: int = 0
+    proven: int = 0
     replicate_s: float = 0.0
     wall_s: float = 0.0
     stage_s: dict = field(default_factory=dict)
@@ -102,7 +104,10 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
     if not dialects:
         raise ConfigError("no dialects: set dialects=[sqlite,duckdb]")
     for d in dialects:
-        engine_for_dialect(d)  # raises with the list of known dialects
+        try:
+            engine_for_dialect(d)
+        except KeyError as exc:
+            raise ConfigError(f"dialects={dialects}: {exc.args[0]}") from None
     names = [m.get("name") for m in model_cfgs]
     if any(not n for n in names) or len(set(names)) != len(names):
         raise ConfigError(f"every model needs a unique `name`; got {names}")
@@ -133,21 +138,29 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
 
 # ------------------------------------------------------------------------ 2. generation
 
-def generate(grid: Grid, cells: list[Cell]) -> dict[str, list[Prediction]]:
+def generate(grid: Grid, cells: list[Cell], stage=None) -> dict[str, list[Prediction]]:
     """Predictions per cell key, aligned with the cell's dataset examples.
 
-    Replay and gold generators run in the driver (they read files). Generators that declare
-    ``runs_in_actor = True`` (model generators, issue 4) run in one Ray actor per model,
-    shared by every dataset/dialect cell of that model.
+    Args:
+        grid: the sweep grid; ``grid.generators`` holds one generator per model for the whole
+            run, so a vLLM actor pool is started once and shared by every cell of that model.
+        cells: the cells to generate.
+        stage: a :class:`polysql_ray.pipeline.generate.GenerationStage` (owns the generations
+            store ``<results_dir>/generations`` and the run's generation figures); None runs
+            the generators directly, without the store.
+
+    Generators with ``uses_prompts`` (hf, openai, vllm) render each prompt once per cell and
+    are called only for prompts not already in the generations store; replay and gold read
+    their files. Errors: ``RuntimeError`` when a generator returns a wrong number of
+    predictions.
     """
+    from polysql_ray.pipeline.generate import GenerationStage
+
+    stage = stage if stage is not None else GenerationStage(None)
     out: dict[str, list[Prediction]] = {}
     for cell in cells:
-        gen = grid.generators[cell.model]
-        examples = grid.datasets[cell.dataset]
-        preds = gen.generate(examples, cell.dialect, cell.instruction_level)
-        if len(preds) != len(examples):
-            raise RuntimeError(f"generator {cell.model} returned {len(preds)} predictions for {len(examples)} examples")
-        out[cell.key] = preds
+        out[cell.key] = stage.predictions(grid.generators[cell.model], grid.datasets[cell.dataset],
+                                          cell.dataset, cell.dialect, cell.instruction_level)
     return out
 
 
@@ -169,10 +182,8 @@ def plan_work(grid: Grid, cells: list[Cell], stored: set[str], predictions_for, 
 
     def request(engine: str, location: str, sql: str, db_id: str) -> str:
         key = exec_key(engine, location, sql)
-        stats.exec_requested[engine] += 1
         if key not in requests:
             requests[key] = ExecRequest(key, engine, location, sql, db_id)
-            stats.exec_unique[engine] += 1
         return key
 
     for cell in cells:
@@ -208,11 +219,12 @@ def plan_work(grid: Grid, cells: list[Cell], stored: set[str], predictions_for, 
 # ------------------------------------------------------------------------ 4. replication
 
 @ray.remote
-def _replicate_task(source: SourceDatabase, engine: str, replicas_dir: str, engine_settings: dict):
+def _replicate_task(source: SourceDatabase, engine: str, replicas_dir: str, settings: dict | None,
+                    source_settings: dict | None):
     from polysql_ray.replication.base import replicate
 
     t0 = time.perf_counter()
-    replica = replicate(source, engine, replicas_dir, **engine_settings)
+    replica = replicate(source, engine, replicas_dir, settings=settings, source_settings=source_settings)
     return replica, time.perf_counter() - t0
 
 
@@ -235,8 +247,8 @@ def replicate(grid: Grid, items: list[WorkItem], cfg: dict, progress: Progress, 
     task = progress.add("replicate", len(needed))
     refs = {}
     for (ds, db, engine), src in sorted(needed.items()):
-        settings = _engine_settings(cfg, engine)
-        refs[_replicate_task.options(num_cpus=0.5).remote(src, engine, rdir, settings)] = (ds, db, engine)
+        refs[_replicate_task.options(num_cpus=0.5).remote(
+            src, engine, rdir, _server_settings(cfg, engine), _server_settings(cfg, src.engine))] = (ds, db, engine)
     t0 = time.perf_counter()
     pending = list(refs)
     errors = []
@@ -259,6 +271,13 @@ def replicate(grid: Grid, items: list[WorkItem], cfg: dict, progress: Progress, 
 def _root_message(exc: BaseException) -> str:
     cause = getattr(exc, "cause", None)
     return str(cause if cause is not None else exc).strip().splitlines()[-1]
+
+
+def _server_settings(cfg: dict, engine: str) -> dict | None:
+    """Connection settings of a server engine (None for embedded engines, whose location is a file)."""
+    from polysql_ray.engines.registry import engine_spec
+
+    return None if engine_spec(engine).embedded else _engine_settings(cfg, engine)
 
 
 def _engine_settings(cfg: dict, engine: str) -> dict:
@@ -311,6 +330,7 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
         cls = ray.remote(ExecutionActor).options(num_cpus=float(ecfg.get("num_cpus", 0.5)),
                                                  num_gpus=float(ecfg.get("num_gpus", 0) or 0))
         actors[engine] = [cls.remote(engine, _engine_settings(cfg, engine), limits) for _ in range(n)]
+    _check_fits(cfg, engines)
     max_exec = int(pcfg["max_inflight_exec"])
     max_score = int(pcfg["max_inflight_score"])
 
@@ -348,7 +368,7 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
             deps = sorted({d for it in batch for d in it.deps})
             index = {d: i for i, d in enumerate(deps)}
             metas = [_item_meta(it, index, run_id) for it in batch]
-            ref = score_batch.options(num_cpus=0.5).remote(metas, [ref_of[d] for d in deps], policy)
+            ref = score_batch.options(num_cpus=float(pcfg.get("score_num_cpus", 0.25))).remote(metas, [ref_of[d] for d in deps], policy)
             score_inflight[ref] = b
 
     submit_exec()
@@ -387,6 +407,20 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
             ray.kill(a)
 
 
+def _check_fits(cfg: dict, engines: list[str]) -> None:
+    """Fail fast instead of hanging when the execution actors would reserve every CPU of the
+    cluster and leave none for a scoring task (Ray would wait forever)."""
+    total = ray.cluster_resources().get("CPU", 0.0)
+    reserved = sum(max(1, int(((cfg.get("engines") or {}).get(e) or {}).get("actors", 1)))
+                   * float(((cfg.get("engines") or {}).get(e) or {}).get("num_cpus", 0.5)) for e in engines)
+    need = reserved + float(cfg["pipeline"].get("score_num_cpus", 0.25))
+    if need > total + 1e-9:
+        raise ConfigError(
+            f"execution actors reserve {reserved:g} CPUs and a scoring task needs "
+            f"{cfg['pipeline'].get('score_num_cpus', 0.25)}, but the Ray cluster has {total:g}: lower "
+            f"engines.<name>.actors / engines.<name>.num_cpus or pipeline.score_num_cpus")
+
+
 def _item_meta(it: WorkItem, index: dict[str, int], run_id: str) -> dict:
     ex, cell, pred = it.example, it.cell, it.prediction
     return {
@@ -398,6 +432,7 @@ def _item_meta(it: WorkItem, index: dict[str, int], run_id: str) -> dict:
         "pred_sql": pred.pred_sql, "gen_status": GenStatus(pred.status).value,
         "_gold": index.get(it.gold), "_probe": index.get(it.probe), "_pred": index.get(it.pred),
         "_shape": it.shape, "_gen_status": GenStatus(pred.status).value, "_gold_error": ex.gold_error,
+        "_structural": it.structural,
     }
 
 
@@ -458,16 +493,32 @@ def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[Ru
             locations.update(replicate(grid, items, cfg, progress, stats))
             stats.stage_s["replicate"] = time.perf_counter() - t0
             # second planning pass now that replica locations are known (cheap, no generation)
-            stats2 = RunStats(run_id=run_id)
             items, requests = plan_work(grid, grid.cells, stored, predictions_for,
-                                        lambda ds, db, eng: _location(grid, locations, ds, db, eng), stats2)
-            stats.exec_requested, stats.exec_unique = stats2.exec_requested, stats2.exec_unique
+                                        lambda ds, db, eng: _location(grid, locations, ds, db, eng),
+                                        RunStats(run_id=run_id))
+            t0 = time.perf_counter()
+            stats.proven = run_structural(items, str(cfg["pipeline"].get("structural_check", "prove")),
+                                          int(cfg["pipeline"]["score_batch_size"]), progress)
+            stats.stage_s["structural"] = time.perf_counter() - t0
+            requests = _count_requests(items, requests, stats)
             t0 = time.perf_counter()
             execute_and_score(items, requests, cfg, store, progress, stats, run_id, policy_map)
             stats.stage_s["execute+score"] = time.perf_counter() - t0
     stats.wall_s = time.perf_counter() - t_start
     table = ex_table(store, [c.key for c in grid.cells])
     return stats, table
+
+
+def _count_requests(items: list[WorkItem], requests: dict[str, ExecRequest], stats: RunStats) -> dict[str, ExecRequest]:
+    """Keep only executions some item still needs; count requested vs unique per engine."""
+    kept: dict[str, ExecRequest] = {}
+    for it in items:
+        for d in it.deps:
+            stats.exec_requested[requests[d].engine] += 1
+            if d not in kept:
+                kept[d] = requests[d]
+                stats.exec_unique[requests[d].engine] += 1
+    return kept
 
 
 def _location(grid: Grid, locations: dict, dataset: str, db_id: str, engine: str) -> str | None:

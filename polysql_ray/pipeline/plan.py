@@ -74,11 +74,12 @@ class WorkItem:
     probe: str | None
     pred: str | None
     shape: object = None
+    structural: str = ""        # "" (not run) | "equivalent" | "unknown: <reason>"
     deps: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
         self.deps = tuple(k for k in (self.gold, self.probe, self.pred) if k is not None)
 
     @property
-    def runs_pred(self) -> bool:
-        return self.pred is not None and self.prediction.status is GenStatus.OK
+    def proven(self) -> bool:
+        return self.structural == "equivalent"

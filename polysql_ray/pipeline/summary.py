@@ -47,7 +47,7 @@ def ex_table(store: ResultsStore, cell_keys: list[str] | None = None) -> pa.Tabl
     scores = store.read(cell_keys=cell_keys)
     con = duckdb.connect()
     con.register("scores", scores)
-    return con.execute(_SQL).to_arrow_table()
+    return con.sql(_SQL).to_arrow_table()
 
 
 def write_csv(table: pa.Table, path: str | Path) -> Path:
@@ -58,13 +58,18 @@ def write_csv(table: pa.Table, path: str | Path) -> Path:
     return path
 
 
+_TEXT = ("model", "dataset", "dialect", "instruction_level")
+_HEADERS = {"instruction_level": "level", "gold_errors": "gold err", "ex_all": "EX all", "ex": "EX",
+            "ex_no_timeouts": "EX no t/o", "exec_errors": "exec err", "timeouts": "t/o"}
+
+
 def render(table: pa.Table, console, title: str = "Execution accuracy (EX, %)") -> None:
     """Print the EX table with rich."""
     from rich.table import Table
 
     t = Table(title=title)
     for name in table.column_names:
-        t.add_column(name, justify="left" if name in ("model", "dataset", "dialect", "instruction_level") else "right")
+        t.add_column(_HEADERS.get(name, name), justify="left" if name in _TEXT else "right", no_wrap=True)
     for row in table.to_pylist():
         t.add_row(*["" if v is None else str(v) for v in row.values()])
     console.print(t)

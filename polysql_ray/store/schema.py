@@ -14,6 +14,10 @@ Verdict vocabulary (stored verbatim):
   gold errors; ``no_sql`` / ``missing`` when the generator produced nothing.
 * ``basis``: ``observed`` (dual execution), ``proven`` (structural equivalence), ``judged``.
 * ``flags``: comma-separated caveats (``ties_at_limit`` ...), "" when none.
+* ``structural``: the structural check's decision (``equivalent`` | ``unknown``: reason) or ""
+  when it did not run; ``trail``: which layers ran and what each decided, in order
+  (``structural:equivalent`` or ``structural:unknown>execution:fail``).
+* ``pred_status`` is ``skipped`` when a structural proof made executing the prediction moot.
 """
 from __future__ import annotations
 
@@ -46,6 +50,8 @@ SCORE_SCHEMA = pa.schema(
         ("reason", pa.string()),
         ("basis", pa.string()),
         ("flags", pa.string()),
+        ("structural", pa.string()),
+        ("trail", pa.string()),
         ("policy_version", pa.string()),
         ("gold_rows", pa.int64()),
         ("pred_rows", pa.int64()),

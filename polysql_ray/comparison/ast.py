@@ -1,0 +1,607 @@
+"""Sound structural (AST) equivalence of a gold SQL and a predicted SQL.
+
+The check parses each query with sqlglot *in its own dialect*, rewrites both into one
+canonical form with rewrites that are semantics-preserving, and compares the canonical trees
+exactly. It answers only ``equivalent`` (proven) or ``unknown``; it never refutes
+(evaluation-notes section 6). Anything it cannot prove is left to dual execution.
+
+Canonical rewrites (every one is sound under SQL three-valued logic; none comes from
+sqlglot's ``simplify``, which folds ``p AND NOT p`` to FALSE although it is NULL when p is NULL):
+
+* identifiers resolved by each dialect's rules (:data:`IDENTIFIER_RULES`): SQLite and DuckDB
+  resolve all identifiers case-insensitively, PostgreSQL folds unquoted identifiers to lower
+  case and keeps quoted ones, MySQL is kept exact (table-name case depends on the server's
+  ``lower_case_table_names``). A *quoted* SQLite identifier in a column position stays exact
+  and quoted, because SQLite reads ``"France"`` as a string when no such column exists;
+* keyword casing, optional ``AS``, ``<>``/``!=``, redundant parentheses, ``INNER JOIN`` = ``JOIN``
+  (the parser already gives one tree);
+* consistent alpha-renaming of table aliases (``T1``/``a`` -> ``_t0``...), scope-aware
+  (shadowing and correlated references handled);
+* names of output columns of the outermost query dropped (results are compared by position),
+  unless the alias is referenced inside the query;
+* AND, OR, bitwise ``&``, ``|``, ``^`` flattened, sorted (and, except ``^``, de-duplicated, but
+  never down to a single operand: ``a AND a`` yields 0/1 where ``a`` yields its value);
+* ``+`` and ``*``: operands of each *binary* node sorted, but never re-associated:
+  IEEE addition/multiplication are commutative but not associative, and re-association can
+  move an integer overflow. Only in :data:`NUMERIC_PLUS_DIALECTS` (``+`` is string
+  concatenation in T-SQL);
+* ``=``, ``<>`` operands sorted; ``1 < id`` -> ``id > 1`` (operands ordered, operator flipped).
+  In SQLite a comparison of two *columns* is never flipped: the left column's collation wins
+  (sqlite.org/datatype3.html section 7.1);
+* IN-list items sorted and de-duplicated;
+* integer literal arithmetic (``+ - *``) folded when the result fits in 32 bits.
+
+Non-determinism (:data:`NONDETERMINISTIC_NODES`, :data:`NONDETERMINISTIC_FUNCTIONS`):
+``random()``, ``now()``/``current_*``, ``uuid``, ``nextval``, ``TABLESAMPLE``, order-dependent
+aggregates (``group_concat``, ``string_agg``, ``array_agg``, ``any_value``), window functions,
+and every LIMIT/OFFSET/FETCH without ORDER BY give ``unknown``. ``ORDER BY ... LIMIT`` also gives
+``unknown`` by default: rows tied on the ORDER BY keys at the cut are picked arbitrarily, and the
+two engines (or two plans on one engine) may pick different ones; ``allow_ordered_limit=True``
+accepts it for same-dialect pairs only.
+
+Across dialects (gold on one engine, prediction on another) a proof additionally needs every
+node of both trees in the explicit allowlist of the pair (:data:`CROSS_DIALECT_ALLOWLIST`, data
+not branches). Allowed for sqlite/duckdb/postgres pairs: SELECT/FROM/JOIN/WHERE/GROUP BY/HAVING,
+sub-queries, CTEs, UNION/INTERSECT/EXCEPT, columns, literals, NULL, TRUE/FALSE, AND/OR/NOT,
+IS [NOT] NULL, ``=``, ``<>``, IN, EXISTS, COUNT, DISTINCT; plus ``<``, ``>``, ``<=``, ``>=``,
+ORDER BY, MIN, MAX, SUM, AVG under a *type guard*: every comparison's operands must have the
+same known type class (from ``schema``: implicit casts differ, ``text_col = 1`` works in SQLite
+and fails in PostgreSQL), ordering comparisons only on the classes in
+:data:`CROSS_DIALECT_ORDERED_CLASSES` (PostgreSQL orders text by locale, SQLite/DuckDB by bytes),
+aggregates SUM/AVG/MIN/MAX only on numbers. NULL ordering needs no rule: sqlglot writes each
+dialect's default NULL placement into the tree, so ``ORDER BY x`` in SQLite (NULLs first) and in
+DuckDB (NULLs last) do not match. NOT allowed (never proven across dialects): ``/`` (SQLite
+integer division), ``+ - *`` (overflow: SQLite turns it into REAL, the others raise), LIKE
+(case sensitivity), ``||`` (MySQL OR), CASE/CAST/functions, window functions, and every pair
+involving MySQL (case- and accent-insensitive default collations change ``=``, GROUP BY and
+DISTINCT on text). Identifiers across a case-sensitive dialect (PostgreSQL) are resolved
+through ``schema`` (exact names, as replication preserves them); without a schema such pairs
+are ``unknown``. The type guard assumes the replica is type-exact (notes section 3) and that
+text columns are TEXT/VARCHAR, not blank-padded CHAR(n) (declared CHAR(n) gives no class).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal, Mapping
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+Decision = Literal["equivalent", "unknown"]
+
+
+@dataclass(frozen=True)
+class StructuralResult:
+    """Outcome of one structural check.
+
+    Attributes:
+        decision: ``equivalent`` (proven: same result on every database) or ``unknown``.
+        reason: short machine-readable reason (``identical_canonical_form``, ``parse_error``,
+            ``nondeterministic:<what>``, ``not_dialect_invariant:<node>``, ``different_structure``
+            ...).
+    """
+
+    decision: Decision
+    reason: str
+
+    @property
+    def equivalent(self) -> bool:
+        """True when equivalence was proven."""
+        return self.decision == "equivalent"
+
+
+@dataclass(frozen=True)
+class IdentifierRule:
+    """How a dialect resolves an identifier (data, one per dialect).
+
+    Attributes:
+        fold_unquoted: unquoted identifiers compare case-insensitively (folded to lower).
+        fold_quoted: quoted identifiers compare case-insensitively too.
+        quoted_column_may_be_string: a quoted identifier in a column position may silently be
+            a string literal (SQLite's double-quote fallback).
+        schema_match: ``ci`` (matches schema names case-insensitively) or ``exact``.
+    """
+
+    fold_unquoted: bool
+    fold_quoted: bool
+    quoted_column_may_be_string: bool
+    schema_match: str
+
+
+#: Per-dialect identifier resolution (SQLite: sqlite.org/lang_keywords.html; PostgreSQL docs
+#: 4.1.1 "Identifiers and Key Words"; DuckDB docs "Identifiers: case-insensitive, even when
+#: quoted"; MySQL: kept exact, see module docstring).
+IDENTIFIER_RULES: dict[str, IdentifierRule] = {
+    "sqlite": IdentifierRule(True, True, True, "ci"),
+    "duckdb": IdentifierRule(True, True, False, "ci"),
+    "postgres": IdentifierRule(True, False, False, "exact"),
+    "mysql": IdentifierRule(False, False, False, "exact"),
+}
+_EXACT_RULE = IdentifierRule(False, False, False, "exact")
+
+#: Dialect pairs whose identifier rules agree without knowing the schema (both case-insensitive).
+SCHEMA_FREE_PAIRS: frozenset[frozenset[str]] = frozenset({frozenset({"sqlite", "duckdb"})})
+
+#: Dialects where ``+`` is always numeric addition (commutative), never string concatenation.
+NUMERIC_PLUS_DIALECTS: frozenset[str] = frozenset({"sqlite", "duckdb", "postgres", "mysql"})
+
+#: Dialects where the left operand's column collation decides a comparison of two columns.
+LEFT_COLLATION_DIALECTS: frozenset[str] = frozenset({"sqlite"})
+
+#: sqlglot node classes that make a query non-deterministic.
+NONDETERMINISTIC_NODES: frozenset[str] = frozenset({
+    "Rand", "Randn", "Randstr", "Uuid", "CurrentTimestamp", "CurrentDate", "CurrentTime",
+    "CurrentDatetime", "CurrentTimestampLTZ", "Localtime", "Localtimestamp", "UnixSeconds",
+    "TableSample", "GroupConcat", "ArrayAgg", "ArrayUniqueAgg", "AnyValue", "First", "Last",
+    "Window", "NextValueFor", "StringAgg",
+})
+
+#: Function names (lower case, as written) that make a query non-deterministic.
+NONDETERMINISTIC_FUNCTIONS: frozenset[str] = frozenset({
+    "random", "rand", "randomblob", "uuid", "gen_random_uuid", "uuid_generate_v4", "now",
+    "current_timestamp", "current_date", "current_time", "localtime", "localtimestamp",
+    "clock_timestamp", "statement_timestamp", "transaction_timestamp", "timeofday", "sysdate",
+    "curdate", "curtime", "unix_timestamp", "utc_timestamp", "utc_date", "utc_time", "nextval",
+    "currval", "lastval", "setseed", "changes", "total_changes", "last_insert_rowid",
+    "group_concat", "string_agg", "array_agg", "listagg", "any_value", "arbitrary", "first",
+    "last", "list", "row_number", "rank", "dense_rank", "ntile", "lag", "lead",
+    "connection_id", "version", "database", "user", "current_user", "session_user",
+    "get_current_time", "epoch_ms", "today",
+})
+
+_CORE = frozenset({
+    "Select", "From", "Join", "Where", "Group", "Having", "Column", "Identifier", "Table",
+    "TableAlias", "Alias", "Star", "Literal", "Null", "Boolean", "And", "Or", "Not", "EQ", "NEQ",
+    "Is", "In", "Count", "Distinct", "Exists", "Subquery", "Union", "Intersect", "Except",
+    "Paren", "With", "CTE",
+})
+_GUARDED = frozenset({"LT", "GT", "LTE", "GTE", "Order", "Ordered", "Min", "Max", "Sum", "Avg"})
+
+#: Node classes treated as dialect-invariant per (unordered) dialect pair. A pair not listed
+#: (e.g. anything with MySQL) gets an empty allowlist: never proven across dialects.
+CROSS_DIALECT_ALLOWLIST: dict[frozenset[str], frozenset[str]] = {
+    frozenset({"sqlite", "duckdb"}): _CORE | _GUARDED,
+    frozenset({"sqlite", "postgres"}): _CORE | _GUARDED,
+    frozenset({"duckdb", "postgres"}): _CORE | _GUARDED,
+}
+
+#: Type classes on which ``< > <= >=``, MIN/MAX and ORDER BY agree, per dialect pair
+#: (SQLite and DuckDB compare text bytewise; PostgreSQL uses the locale's collation).
+CROSS_DIALECT_ORDERED_CLASSES: dict[frozenset[str], frozenset[str]] = {
+    frozenset({"sqlite", "duckdb"}): frozenset({"num", "text"}),
+    frozenset({"sqlite", "postgres"}): frozenset({"num"}),
+    frozenset({"duckdb", "postgres"}): frozenset({"num"}),
+}
+
+#: Declared column type -> type class (SQLite affinity rules, sqlite.org/datatype3.html 3.1);
+#: first match wins; no match -> no class (the guard then refuses the comparison).
+DECLARED_TYPE_CLASSES: tuple[tuple[str, str | None], ...] = (
+    (r"INT", "num"),
+    (r"^\s*N?CHAR\b|^\s*CHARACTER\s*\(", None),  # blank-padded CHAR(n): no class
+    (r"CHAR|CLOB|TEXT|STRING", "text"),
+    (r"REAL|FLOA|DOUB", "num"),
+    (r"DEC|NUMERIC", "num"),
+)
+
+_COMMUTATIVE_FLAT = {exp.And: True, exp.Or: True, exp.BitwiseAnd: True, exp.BitwiseOr: True,
+                     exp.BitwiseXor: False}  # value: duplicates may be dropped
+_SWAP_ONLY = (exp.Add, exp.Mul)
+_SYMMETRIC = (exp.EQ, exp.NEQ, exp.NullSafeEQ)
+_FLIP = {exp.LT: exp.GT, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.GTE: exp.LTE}
+_INT_FOLD = {exp.Add: lambda a, b: a + b, exp.Sub: lambda a, b: a - b, exp.Mul: lambda a, b: a * b}
+_INT_LIMIT = 2 ** 31
+
+
+class _Unknown(Exception):
+    """Internal: the canonicalizer met something it cannot prove; carries the reason."""
+
+
+def _key(node) -> str:
+    """Exact structural key of a (sub)tree: class names, all args, exact strings."""
+    if isinstance(node, exp.Expression):
+        parts = []
+        for k in sorted(node.args):
+            v = node.args[k]
+            if v is None or v is False or v == []:
+                continue
+            parts.append(f"{k}={_key(v)}")
+        return f"({type(node).__name__} {' '.join(parts)})"
+    if isinstance(node, list):
+        return "[" + ",".join(_key(x) for x in node) + "]"
+    return repr(node)
+
+
+class AstEquivalence:
+    """Sound structural equivalence checker (see module docstring for the rules).
+
+    Args:
+        allow_ordered_limit: accept ``ORDER BY ... LIMIT`` for same-dialect pairs (rows tied at
+            the cut may then differ between runs); default False (``unknown``).
+    """
+
+    def __init__(self, allow_ordered_limit: bool = False) -> None:
+        self.allow_ordered_limit = allow_ordered_limit
+
+    # ------------------------------------------------------------------ public
+    def check(self, gold_sql: str, gold_dialect: str, pred_sql: str, pred_dialect: str,
+              schema: Mapping[str, Mapping[str, str]] | None = None) -> StructuralResult:
+        """Try to prove that gold and predicted SQL return the same result on every database.
+
+        Args:
+            gold_sql: gold SQL text (one statement) in ``gold_dialect``.
+            gold_dialect: sqlglot dialect name (``sqlite``, ``duckdb``, ``postgres``, ``mysql``).
+            pred_sql: predicted SQL text (one statement) in ``pred_dialect``.
+            pred_dialect: sqlglot dialect name of the prediction.
+            schema: optional ``{table: {column: declared_type}}`` with exact names; needed for
+                cross-dialect proofs involving a case-sensitive dialect and for the type guard.
+
+        Returns:
+            :class:`StructuralResult`, ``equivalent`` or ``unknown``; never raises for bad SQL.
+        """
+        cross = gold_dialect != pred_dialect
+        pair = frozenset({gold_dialect, pred_dialect})
+        if cross and not CROSS_DIALECT_ALLOWLIST.get(pair):
+            return StructuralResult("unknown", f"no_allowlist:{gold_dialect}->{pred_dialect}")
+        if cross and schema is None and pair not in SCHEMA_FREE_PAIRS:
+            return StructuralResult("unknown", "schema_needed_for_identifiers")
+        try:
+            gold_key = self.canonical_key(gold_sql, gold_dialect, other=pred_dialect, schema=schema)
+            pred_key = self.canonical_key(pred_sql, pred_dialect, other=gold_dialect, schema=schema)
+        except _Unknown as e:
+            return StructuralResult("unknown", str(e))
+        if gold_key == pred_key:
+            return StructuralResult("equivalent", "identical_canonical_form")
+        return StructuralResult("unknown", "different_structure")
+
+    def nondeterministic_reason(self, sql: str, dialect: str) -> str | None:
+        """Why executing ``sql`` may give different results on the same data, else None.
+
+        Counts random/time/uuid/sequence functions, TABLESAMPLE, order-dependent aggregates,
+        window functions and LIMIT/OFFSET without ORDER BY; ``ORDER BY ... LIMIT`` is *not*
+        counted here (the result-set comparison flags ties at the cut). Unparseable SQL gives
+        None (the engine decides).
+        """
+        try:
+            tree = self._parse(sql, dialect)
+            checker = AstEquivalence(allow_ordered_limit=True)
+            checker._check_deterministic(tree, same_dialect=True)
+        except _Unknown as e:
+            reason = str(e)
+            return reason if reason.startswith("nondeterministic:") else None
+        return None
+
+    def canonical_key(self, sql: str, dialect: str, other: str | None = None,
+                      schema: Mapping[str, Mapping[str, str]] | None = None) -> str:
+        """Canonical structural key of one query (raises the internal ``_Unknown`` on refusal).
+
+        Args:
+            sql: one SQL statement.
+            dialect: its sqlglot dialect.
+            other: the dialect of the query it will be compared with (None or equal: same-dialect).
+            schema: see :meth:`check`.
+        """
+        tree = self._parse(sql, dialect)
+        cross = other is not None and other != dialect
+        self._check_deterministic(tree, same_dialect=not cross)
+        if cross:
+            self._check_allowlist(tree, dialect, other, schema)
+        self._normalize_identifiers(tree, dialect, schema if cross else None)
+        self._rename_table_aliases(tree)
+        self._drop_output_aliases(tree)
+        tree = self._canon(tree, dialect if not cross else None, frozenset({dialect, other or dialect}))
+        return _key(tree)
+
+    # ------------------------------------------------------------------ steps
+    @staticmethod
+    def _parse(sql: str, dialect: str) -> exp.Expression:
+        try:
+            trees = [t for t in sqlglot.parse(sql, read=dialect) if t is not None]
+        except (SqlglotError, ValueError, RecursionError) as e:
+            raise _Unknown(f"parse_error:{type(e).__name__}") from None
+        if len(trees) != 1:
+            raise _Unknown("not_one_statement")
+        tree = trees[0]
+        if not isinstance(tree, exp.Query):
+            raise _Unknown(f"not_a_query:{type(tree).__name__}")
+        for node in tree.walk():
+            node.comments = None
+        return tree
+
+    def _check_deterministic(self, tree: exp.Expression, same_dialect: bool) -> None:
+        for node in tree.walk():
+            name = type(node).__name__
+            if name in NONDETERMINISTIC_NODES:
+                raise _Unknown(f"nondeterministic:{name}")
+            if isinstance(node, exp.Func):
+                fname = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+                if fname in NONDETERMINISTIC_FUNCTIONS:
+                    raise _Unknown(f"nondeterministic:{fname}")
+            if isinstance(node, exp.Column) and not node.table and \
+                    node.name.lower() in {"current_timestamp", "current_date", "current_time"} \
+                    and not node.this.quoted:
+                raise _Unknown(f"nondeterministic:{node.name.lower()}")
+            if isinstance(node, (exp.Limit, exp.Offset, exp.Fetch)):
+                query = node.parent
+                if not isinstance(query, exp.Query) or not query.args.get("order"):
+                    raise _Unknown("nondeterministic:limit_without_order_by")
+                if not (self.allow_ordered_limit and same_dialect):
+                    raise _Unknown("nondeterministic:order_by_limit_ties")
+
+    def _check_allowlist(self, tree, dialect, other, schema) -> None:
+        pair = frozenset({dialect, other})
+        allowed = CROSS_DIALECT_ALLOWLIST.get(pair, frozenset())
+        ordered_classes = CROSS_DIALECT_ORDERED_CLASSES.get(pair, frozenset())
+        rule = IDENTIFIER_RULES.get(dialect, _EXACT_RULE)
+        for node in tree.walk():
+            name = type(node).__name__
+            if name not in allowed:
+                raise _Unknown(f"not_dialect_invariant:{name}")
+            if isinstance(node, exp.Join) and (node.args.get("kind") or "").upper() not in \
+                    {"", "INNER", "LEFT", "CROSS"}:
+                raise _Unknown(f"not_dialect_invariant:join_{node.args.get('kind')}")
+            if isinstance(node, exp.Column) and node.this.quoted and rule.quoted_column_may_be_string \
+                    and not _schema_has_column(schema, node.name):
+                raise _Unknown("quoted_identifier_may_be_string")
+            if isinstance(node, (exp.EQ, exp.NEQ, exp.LT, exp.GT, exp.LTE, exp.GTE)):
+                classes = {_type_class(node.this, schema), _type_class(node.expression, schema)}
+                if len(classes) != 1 or None in classes:
+                    raise _Unknown(f"type_guard:{name}")
+                if not isinstance(node, (exp.EQ, exp.NEQ)) and classes.pop() not in ordered_classes:
+                    raise _Unknown(f"type_guard_order:{name}")
+            if isinstance(node, exp.In):
+                if node.args.get("query") is not None:
+                    raise _Unknown("not_dialect_invariant:in_subquery")
+                classes = {_type_class(x, schema) for x in [node.this, *node.expressions]}
+                if len(classes) != 1 or None in classes:
+                    raise _Unknown("type_guard:In")
+            if isinstance(node, (exp.Min, exp.Max, exp.Sum, exp.Avg)):
+                if _type_class(node.this, schema) != "num":
+                    raise _Unknown(f"type_guard:{name}")
+            if isinstance(node, exp.Ordered):
+                if _type_class(node.this, schema) not in ordered_classes:
+                    raise _Unknown("type_guard:Ordered")
+            if isinstance(node, exp.Select) and _has_ungrouped_column(node):
+                # SQLite and MySQL accept `SELECT title ... GROUP BY id` (a bare column), DuckDB
+                # and PostgreSQL reject it: the prediction would not even run on the target.
+                raise _Unknown("not_dialect_invariant:ungrouped_column")
+
+    @staticmethod
+    def _normalize_identifiers(tree, dialect, schema) -> None:
+        rule = IDENTIFIER_RULES.get(dialect, _EXACT_RULE)
+        names = None
+        if schema is not None:
+            names = set(schema)
+            for cols in schema.values():
+                names.update(cols)
+        for ident in list(tree.find_all(exp.Identifier)):
+            raw, quoted = ident.this, bool(ident.args.get("quoted"))
+            in_column_position = isinstance(ident.parent, exp.Column) and ident.arg_key == "this"
+            if quoted and rule.quoted_column_may_be_string and in_column_position and names is None:
+                ident.set("this", "\x00q:" + raw)  # exact; may be a string literal
+                ident.set("quoted", False)
+                continue
+            folded = raw.lower() if (rule.fold_quoted if quoted else rule.fold_unquoted) else raw
+            canon = folded
+            if names is not None:
+                if rule.schema_match == "ci":
+                    hits = [n for n in names if n.lower() == raw.lower()]
+                    if len(hits) == 1:
+                        canon = "\x00s:" + hits[0]
+                elif folded in names:
+                    canon = "\x00s:" + folded
+                elif any(n.lower() == raw.lower() for n in names):
+                    canon = "\x00mismatch:" + dialect + ":" + raw  # resolves to no schema object
+            ident.set("this", canon)
+            ident.set("quoted", False)
+
+    @staticmethod
+    def _rename_table_aliases(tree) -> None:
+        counter = [0]
+
+        def source_alias(src):
+            alias = src.args.get("alias")
+            return alias.this if isinstance(alias, exp.TableAlias) and alias.this else None
+
+        def walk(node, env):
+            if isinstance(node, exp.Select):
+                sources = []
+                if node.args.get("from_") is not None:
+                    sources.append(node.args["from_"].this)
+                sources += [j.this for j in node.args.get("joins") or []]
+                inner_env = dict(env)
+                for src in sources:
+                    walk(src, env)  # derived tables see only the outer scope
+                    ident = source_alias(src)
+                    if ident is not None:
+                        new = f"\x00t{counter[0]}"
+                        counter[0] += 1
+                        inner_env[ident.this] = new
+                        ident.set("this", new)
+                    elif isinstance(src, exp.Table):
+                        inner_env[src.name] = src.name  # shadows an outer alias of that name
+                for key, value in node.args.items():
+                    items = value if isinstance(value, list) else [value]
+                    for item in items:
+                        if not isinstance(item, exp.Expression):
+                            continue
+                        if key == "from_":
+                            continue
+                        if key == "joins":
+                            for k2, v2 in item.args.items():
+                                if k2 != "this" and isinstance(v2, exp.Expression):
+                                    walk(v2, inner_env)
+                                elif k2 != "this" and isinstance(v2, list):
+                                    for x in v2:
+                                        if isinstance(x, exp.Expression):
+                                            walk(x, inner_env)
+                            continue
+                        walk(item, inner_env)
+                return
+            if isinstance(node, exp.Column):
+                table = node.args.get("table")
+                if isinstance(table, exp.Identifier) and not node.args.get("db") \
+                        and table.this in env:
+                    table.set("this", env[table.this])
+                return
+            for value in list(node.args.values()):
+                for item in (value if isinstance(value, list) else [value]):
+                    if isinstance(item, exp.Expression):
+                        walk(item, env)
+
+        walk(tree, {})
+
+    @staticmethod
+    def _drop_output_aliases(tree) -> None:
+        branches = [tree]
+        while branches and isinstance(branches[-1], exp.SetOperation):
+            top = branches.pop()
+            branches += [top.this, top.expression]
+        referenced = {c.name for c in tree.find_all(exp.Column) if not c.table}
+        for sel in branches:
+            if not isinstance(sel, exp.Select):
+                continue
+            new = []
+            for e in sel.expressions:
+                if isinstance(e, exp.Alias) and e.alias not in referenced:
+                    e = e.this
+                new.append(e)
+            sel.set("expressions", new)
+
+    def _canon(self, node, dialect: str | None, dialects: frozenset[str]):
+        """Bottom-up canonical rewrite; ``dialect`` None means cross-dialect."""
+        for k, v in list(node.args.items()):
+            if isinstance(v, exp.Expression):
+                node.set(k, self._canon(v, dialect, dialects))
+            elif isinstance(v, list):
+                node.set(k, [self._canon(x, dialect, dialects) if isinstance(x, exp.Expression)
+                             else x for x in v])
+        return self._rewrite(node, dialects)
+
+    @staticmethod
+    def _rewrite(node, dialects: frozenset[str]):
+        if isinstance(node, exp.Paren):
+            return node.this
+        if isinstance(node, exp.Join) and (node.args.get("kind") or "").upper() == "INNER":
+            node.set("kind", None)
+        if isinstance(node, exp.Ordered) and node.args.get("desc") is False:
+            node.set("desc", None)
+        typ = type(node)
+        if typ in _COMMUTATIVE_FLAT:
+            operands = list(node.flatten()) if hasattr(node, "flatten") else [node.this, node.expression]
+            keyed = sorted(((_key(o), o) for o in operands), key=lambda t: t[0])
+            if _COMMUTATIVE_FLAT[typ]:
+                seen, uniq = set(), []
+                for k, o in keyed:
+                    if k not in seen:
+                        seen.add(k)
+                        uniq.append((k, o))
+                # keep two copies when everything was a duplicate: ``a AND a`` is 0/1 (or a
+                # boolean), ``a`` is the raw value (found by the property test)
+                keyed = uniq if len(uniq) > 1 else uniq * min(2, len(keyed))
+            result = keyed[0][1]
+            for _, o in keyed[1:]:
+                result = typ(this=result, expression=o)
+            return result
+        if typ in _INT_FOLD and all(_int_literal(x) is not None for x in (node.this, node.expression)):
+            value = _INT_FOLD[typ](_int_literal(node.this), _int_literal(node.expression))
+            if -_INT_LIMIT < value < _INT_LIMIT:
+                return exp.Literal.number(value) if value >= 0 else exp.Neg(this=exp.Literal.number(-value))
+        if isinstance(node, _SWAP_ONLY) and dialects <= NUMERIC_PLUS_DIALECTS:
+            if _key(node.expression) < _key(node.this):
+                node = typ(this=node.expression, expression=node.this)
+            return node
+        if isinstance(node, _SYMMETRIC) or typ in _FLIP:
+            both_columns = isinstance(node.this, exp.Column) and isinstance(node.expression, exp.Column)
+            if both_columns and dialects & LEFT_COLLATION_DIALECTS:
+                return node
+            if _key(node.expression) < _key(node.this):
+                new_type = _FLIP.get(typ, typ)
+                node = new_type(this=node.expression, expression=node.this)
+            return node
+        if isinstance(node, exp.In) and node.expressions:
+            keyed = {}
+            for item in node.expressions:
+                keyed.setdefault(_key(item), item)
+            node.set("expressions", [keyed[k] for k in sorted(keyed)])
+        return node
+
+
+def _column_key(col: exp.Column) -> str:
+    return col.name.lower()
+
+
+def _has_ungrouped_column(select: exp.Select) -> bool:
+    """True when an aggregating SELECT (GROUP BY, or an aggregate without GROUP BY) uses a
+    column outside any aggregate that is not a GROUP BY column (GROUP BY strictness differs
+    between engines, evaluation-notes section 5)."""
+    group = select.args.get("group")
+    aggregating = group is not None or any(
+        isinstance(n, exp.AggFunc) for e in select.expressions for n in e.walk())
+    if not aggregating:
+        return False
+    grouped = {_column_key(c) for e in (group.expressions if group else []) for c in e.find_all(exp.Column)}
+    parts = list(select.expressions)
+    for key in ("having", "order"):
+        if select.args.get(key) is not None:
+            parts.append(select.args[key])
+    for part in parts:
+        for col in part.find_all(exp.Column):
+            inside_agg = False
+            p = col.parent
+            while p is not None and p is not select:
+                if isinstance(p, (exp.AggFunc, exp.Subquery, exp.Select)):
+                    inside_agg = True
+                    break
+                p = p.parent
+            if not inside_agg and _column_key(col) not in grouped:
+                return True
+    return False
+
+
+def _int_literal(node) -> int | None:
+    """Python int of an integer literal (or its negation), else None."""
+    if isinstance(node, exp.Neg):
+        inner = _int_literal(node.this)
+        return None if inner is None else -inner
+    if isinstance(node, exp.Literal) and not node.is_string and re.fullmatch(r"\d+", node.this):
+        return int(node.this)
+    return None
+
+
+def _schema_has_column(schema, name: str) -> bool:
+    if not schema:
+        return False
+    return any(c == name for cols in schema.values() for c in cols)
+
+
+def _declared_class(declared: str) -> str | None:
+    for pattern, cls in DECLARED_TYPE_CLASSES:
+        if re.search(pattern, declared or "", re.IGNORECASE):
+            return cls
+    return None
+
+
+def _type_class(node, schema) -> str | None:
+    """Type class (``num``/``text``) of an operand, or None when unknown (guard refuses)."""
+    if isinstance(node, exp.Paren):
+        return _type_class(node.this, schema)
+    if isinstance(node, exp.Literal):
+        return "text" if node.is_string else "num"
+    if isinstance(node, exp.Neg):
+        return _type_class(node.this, schema)
+    if isinstance(node, exp.Count):
+        return "num"
+    if isinstance(node, (exp.Sum, exp.Avg, exp.Min, exp.Max)):
+        return "num" if _type_class(node.this, schema) == "num" else None
+    if isinstance(node, exp.Column) and schema:
+        name = node.name
+        table = node.table
+        classes = set()
+        for tname, cols in schema.items():
+            for cname, declared in cols.items():
+                if cname.lower() == name.lower():
+                    classes.add(_declared_class(declared))
+        return classes.pop() if len(classes) == 1 else None
+    return None

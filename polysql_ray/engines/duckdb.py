@@ -1,0 +1,178 @@
+"""DuckDB engine: read-only replica, no external access, one SELECT, real interrupt, row cap.
+
+Sandbox (evaluation-notes.md section 4; DuckDB docs "Securing DuckDB"), all engine-side:
+
+* the copy is opened ``read_only=True`` with :data:`CONNECT_CONFIG` in the connect call:
+  ``enable_external_access=false`` (no files: ``read_text``/``read_csv('/etc/passwd')``,
+  ``COPY ... TO``, ``ATTACH``, ``INSTALL`` all fail with a PermissionException), no extension
+  autoload/autoinstall/community extensions, one thread and a memory limit (settings);
+* after our own session settings (:data:`SESSION_SETTINGS`, progress bar off) we run
+  ``SET lock_configuration=true`` before any untrusted SQL, so no statement can change a
+  setting back (DuckDB refuses every later SET/RESET);
+* ``con.extract_statements`` must return exactly one statement whose type is in
+  :data:`ALLOWED_STATEMENT_TYPES` (SELECT): a multi-statement string never runs its DELETE;
+  :mod:`~polysql_ray.engines.guard` filters first with clearer messages;
+* timeout: a ``threading.Timer`` calls ``con.interrupt()``, which really stops the query
+  inside DuckDB (InterruptException -> TIMEOUT);
+* row cap: results are streamed (``con.sql(q).to_arrow_reader(batch)``) and reading stops
+  past ``row_cap`` rows -> TOO_LARGE, so a huge result is never materialised.
+
+The result table is DuckDB's own Arrow output (native types: DECIMAL, DATE, ...; duplicate
+column names kept, positional).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import duckdb
+import pyarrow as pa
+
+from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
+from polysql_ray.engines.guard import check_statement
+
+#: Passed to ``duckdb.connect`` (cannot be changed afterwards once the config is locked).
+CONNECT_CONFIG: dict[str, object] = {
+    "enable_external_access": False,
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+    "allow_community_extensions": False,
+}
+
+#: Per-connection settings run before locking (not settable as global connect options).
+SESSION_SETTINGS: tuple[str, ...] = ("SET enable_progress_bar=false",)
+
+#: Statement types accepted (``duckdb.StatementType`` names).
+ALLOWED_STATEMENT_TYPES: frozenset[str] = frozenset({"SELECT"})
+
+#: DuckDB exception class -> status; checked in order with ``isinstance``; else RUNTIME.
+ERROR_TABLE: tuple[tuple[type, ExecStatus], ...] = (
+    (duckdb.InterruptException, ExecStatus.TIMEOUT),
+    (duckdb.PermissionException, ExecStatus.REJECTED),
+    (duckdb.ParserException, ExecStatus.SYNTAX),
+    (duckdb.CatalogException, ExecStatus.SCHEMA),
+    (duckdb.BinderException, ExecStatus.SCHEMA),
+    (duckdb.IOException, ExecStatus.UNAVAILABLE),
+)
+
+#: Rows per Arrow record batch while streaming a result.
+BATCH_ROWS = 8192
+
+
+def classify_error(exc: BaseException) -> ExecStatus:
+    """Map a DuckDB exception to an :class:`ExecStatus` via :data:`ERROR_TABLE`."""
+    for cls, status in ERROR_TABLE:
+        if isinstance(exc, cls):
+            return status
+    return ExecStatus.RUNTIME
+
+
+class DuckDBEngine:
+    """:class:`~polysql_ray.engines.base.Engine` for DuckDB replica files.
+
+    Args:
+        threads: DuckDB worker threads per connection (1: parallelism comes from actors).
+        memory_limit: DuckDB ``memory_limit`` setting (e.g. ``"2GB"``).
+
+    ``location`` is the path of a ``.duckdb`` file (e.g. ``Replica.location``). Connections
+    are cached per location for the life of the instance; thread-safe via a lock.
+    """
+
+    name = "duckdb"
+    dialect = "duckdb"
+
+    def __init__(self, threads: int = 1, memory_limit: str = "2GB"):
+        self.threads = threads
+        self.memory_limit = memory_limit
+        self._conns: dict[str, duckdb.DuckDBPyConnection] = {}
+        self._lock = threading.Lock()
+
+    def _open(self, location: str) -> duckdb.DuckDBPyConnection:
+        con = self._conns.get(location)
+        if con is None:
+            con = duckdb.connect(location, read_only=True, config={
+                **CONNECT_CONFIG, "threads": self.threads, "memory_limit": self.memory_limit})
+            for stmt in SESSION_SETTINGS:
+                con.execute(stmt)
+            con.execute("SET lock_configuration=true")
+            self._conns[location] = con
+        return con
+
+    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        """Run one untrusted statement read-only (see module docstring). Never raises."""
+        t0 = time.perf_counter()
+        verdict = check_statement(sql, self.dialect)
+        if verdict.action == "empty":
+            return ExecutionResult.failure(ExecStatus.EMPTY, verdict.message)
+        if verdict.action == "reject":
+            return ExecutionResult.failure(ExecStatus.REJECTED, verdict.message)
+        if not os.path.isfile(location):
+            return ExecutionResult.failure(ExecStatus.UNAVAILABLE, f"database file not found: {location}")
+        with self._lock:
+            try:
+                con = self._open(location)
+            except duckdb.Error as e:
+                return ExecutionResult.failure(ExecStatus.UNAVAILABLE, f"cannot open {location}: {e}",
+                                               time.perf_counter() - t0)
+            try:
+                statements = con.extract_statements(sql)
+            except duckdb.Error as e:
+                return ExecutionResult.failure(classify_error(e), str(e), time.perf_counter() - t0)
+            if len(statements) != 1:
+                return ExecutionResult.failure(
+                    ExecStatus.REJECTED if statements else ExecStatus.EMPTY,
+                    f"{len(statements)} statements; exactly one SELECT statement is allowed",
+                    time.perf_counter() - t0)
+            stype = statements[0].type.name
+            if stype not in ALLOWED_STATEMENT_TYPES:
+                return ExecutionResult.failure(
+                    ExecStatus.REJECTED, f"{stype} statement; only SELECT is allowed",
+                    time.perf_counter() - t0)
+            return self._run(con, sql, limits, t0)
+
+    def _run(self, con, sql: str, limits: Limits, t0: float) -> ExecutionResult:
+        timer = threading.Timer(limits.timeout_s, con.interrupt)
+        timer.daemon = True
+        timer.start()
+        reader = None
+        try:
+            rel = con.sql(sql)
+            if rel is None:  # not a query (cannot happen after the type check)
+                return ExecutionResult.failure(ExecStatus.REJECTED, "statement returned no result",
+                                               time.perf_counter() - t0)
+            reader = rel.to_arrow_reader(BATCH_ROWS)
+            batches, rows = [], 0
+            for batch in reader:
+                rows += batch.num_rows
+                if rows > limits.row_cap:
+                    return ExecutionResult.failure(
+                        ExecStatus.TOO_LARGE, f"more than {limits.row_cap} rows",
+                        time.perf_counter() - t0)
+                batches.append(batch)
+            table = pa.Table.from_batches(batches, schema=reader.schema)
+            return ExecutionResult(ExecStatus.OK, table, None, time.perf_counter() - t0)
+        except duckdb.Error as e:
+            status = classify_error(e)
+            msg = str(e)
+            if status is ExecStatus.TIMEOUT:
+                msg = f"interrupted after {limits.timeout_s}s: {msg}"
+            return ExecutionResult.failure(status, msg, time.perf_counter() - t0)
+        except Exception as e:  # pyarrow conversion etc.: never escape execute
+            return ExecutionResult.failure(ExecStatus.RUNTIME, f"{type(e).__name__}: {e}",
+                                           time.perf_counter() - t0)
+        finally:
+            timer.cancel()
+            if reader is not None:
+                try:
+                    reader.close()
+                except Exception:
+                    pass
+            rel = None
+
+    def close(self) -> None:
+        """Close every cached connection."""
+        with self._lock:
+            for con in self._conns.values():
+                con.close()
+            self._conns.clear()

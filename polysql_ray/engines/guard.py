@@ -1,0 +1,95 @@
+"""Statement guard: "exactly one SELECT/WITH statement", without rejecting valid SQL.
+
+Layering (evaluation-notes.md section 4; the engine's own protections are authoritative):
+
+1. **This guard** tokenizes with sqlglot's tokenizer for the engine's dialect. Tokenizing is
+   far more forgiving than parsing, so SQL that sqlglot cannot *parse* (engine-specific
+   syntax) still passes. It splits on top-level ``;`` tokens, ignores empty statements
+   (predictions often end with ``;`` or ``;;``) and requires the first token of the single
+   remaining statement to be in :data:`ALLOWED_FIRST_TOKENS` (SELECT, WITH, ``(``, VALUES;
+   plus :data:`DIALECT_FIRST_TOKENS`, e.g. DuckDB's FROM-first ``FROM t SELECT x``).
+   Verdicts: ``pass``, ``reject`` (-> ``ExecStatus.REJECTED`` with the message) when the
+   first token is any *other keyword* (DELETE, ATTACH, COPY, PRAGMA, a command ...),
+   ``empty`` (-> ``ExecStatus.EMPTY``), or ``defer`` when the tokenizer itself fails (e.g. an
+   unterminated string) or the first word is not a keyword sqlglot knows (a typo such as
+   ``selec``, or an engine-only command such as ``REINDEX``): the statement then goes to
+   the engine, which reports its own syntax error (SYNTAX) or refuses it (REJECTED).
+2. **The engine** enforces it again with its own machinery: SQLite's ``execute`` runs one
+   statement only, ``PRAGMA query_only`` and an authorizer allowing reads only; DuckDB's
+   ``extract_statements`` statement types, a read-only connection and
+   ``enable_external_access=false``; servers: a read-only role/transaction.
+
+The guard is a fast, dialect-aware first filter that gives clear messages; it never is the
+only protection.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.tokens import TokenType
+
+#: Token types a single read-only statement may start with.
+ALLOWED_FIRST_TOKENS: frozenset = frozenset(
+    {TokenType.SELECT, TokenType.WITH, TokenType.L_PAREN, TokenType.VALUES})
+
+#: Extra allowed first tokens per dialect (read-only statement forms of that dialect).
+DIALECT_FIRST_TOKENS: dict[str, frozenset] = {
+    "duckdb": frozenset({TokenType.FROM}),
+}
+
+#: First-token types that are not keywords (identifiers / unknown words): deferred.
+DEFER_FIRST_TOKENS: frozenset = frozenset({TokenType.VAR})
+
+
+@dataclass(frozen=True)
+class GuardVerdict:
+    """Outcome of :func:`check_statement`.
+
+    Attributes:
+        action: ``pass`` | ``reject`` | ``empty`` | ``defer``.
+        message: why (for ``reject``/``empty``/``defer``), else "".
+        statements: number of non-empty top-level statements found (0 when deferred).
+    """
+
+    action: str
+    message: str = ""
+    statements: int = 0
+
+
+def check_statement(sql: str | None, dialect: str) -> GuardVerdict:
+    """Decide whether ``sql`` is exactly one SELECT/WITH statement in ``dialect``.
+
+    Args:
+        sql: untrusted SQL text (None/blank -> ``empty``).
+        dialect: sqlglot dialect name (``sqlite``, ``duckdb``, ``postgres`` ...).
+
+    Returns: a :class:`GuardVerdict`; never raises.
+    """
+    if sql is None or not sql.strip() or not sql.strip().strip(";").strip():
+        return GuardVerdict("empty", "no SQL to run")
+    try:
+        tokens = Dialect.get_or_raise(dialect).tokenize(sql)
+    except Exception as e:  # tokenizer failure: defer to the engine's own checks
+        return GuardVerdict("defer", f"tokenizer failed ({type(e).__name__}); deferred to engine")
+    statements: list[list] = [[]]
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            statements.append([])
+        else:
+            statements[-1].append(tok)
+    statements = [s for s in statements if s]
+    if not statements:
+        return GuardVerdict("empty", "no SQL to run (only comments/semicolons)")
+    if len(statements) > 1:
+        return GuardVerdict("reject", f"{len(statements)} statements; exactly one SELECT/WITH "
+                                      f"statement is allowed", len(statements))
+    first = statements[0][0]
+    if first.token_type in ALLOWED_FIRST_TOKENS or \
+            first.token_type in DIALECT_FIRST_TOKENS.get(dialect, frozenset()):
+        return GuardVerdict("pass", "", 1)
+    if first.token_type in DEFER_FIRST_TOKENS:
+        return GuardVerdict("defer", f"statement starts with unknown word {first.text!r}; "
+                                     f"deferred to engine", 1)
+    return GuardVerdict("reject", f"statement starts with {first.text!r}; only SELECT/WITH "
+                                  f"statements are allowed", 1)

@@ -1,0 +1,295 @@
+"""MySQL / MariaDB target engine (PyMySQL): one untrusted read-only statement, sandboxed.
+
+Layout: one database per (dataset, db_id), named ``pq_<dataset>_<db_id>``
+(:func:`servers.replica_name`); ``location`` is that database name, selected with
+``COM_INIT_DB`` so predictions use unqualified table names as on the source.
+
+Sandbox (evaluation-notes.md section 4):
+
+* runs as the least-privilege user ``polysql_reader`` (created by ``replication/mysql.py``:
+  ``GRANT SELECT`` on ``pq\\_%`` databases only; no FILE, PROCESS, SUPER ...): ``INTO OUTFILE``
+  and ``SET GLOBAL`` fail with privilege errors (1045/1227) -> REJECTED;
+* ``START TRANSACTION READ ONLY`` around the statement (writes fail with 1792);
+* server-side timeout, flavour detected from ``@@version`` at connect (:data:`FLAVOURS`):
+  MariaDB ``max_statement_time`` (seconds, error 1969), MySQL ``max_execution_time``
+  (milliseconds, SELECT only, error 3024);
+* one statement: PyMySQL connects without ``CLIENT.MULTI_STATEMENTS`` (the server answers a
+  ``;``-joined string with syntax error 1064), after the shared statement guard;
+* ``LOAD_FILE`` is refused client-side (:data:`DENIED_FUNCTIONS`): without the FILE
+  privilege MariaDB returns NULL instead of an error, which would look like a result;
+* row cap: an unbuffered cursor (``SSCursor``) fetches ``row_cap + 1`` rows; when the cap is
+  exceeded the connection is dropped instead of draining the rest.
+
+Session semantics: ``sql_mode`` is the server default unless ``ServerSettings.sql_mode`` is
+set (MariaDB 10.11 default: ``STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,
+NO_AUTO_CREATE_USER,NO_ENGINE_SUBSTITUTION``): no ``ANSI_QUOTES`` (``"x"`` is a string) and no
+``PIPES_AS_CONCAT`` (``a || b`` is logical OR), so SQLite-written predictions using ``||`` for
+concatenation silently compute something else - that is the dialect gap being measured
+(section 5), not something to paper over. Default collation ``utf8mb4_general_ci``: ``=`` and
+``LIKE`` ignore case; ``div_precision_increment=4`` (1/3 = 0.3333).
+
+Errors are mapped by error number (:data:`ERRNO_STATUS`; MariaDB "Error Codes" and MySQL
+"Server Error Message Reference"). A lost connection (2006/2013, ``KILL``) is replaced
+transparently and the statement retried once. Results keep PyMySQL's Python types
+(``Decimal``, ``date``, ``datetime``, ``timedelta``, ``bytes``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
+from polysql_ray.engines.servers import LiveStopwatch as Stopwatch
+from polysql_ray.engines.servers import (
+    ConnectionPool, ServerSettings, classify, precheck, rows_to_arrow,
+)
+
+S = ExecStatus
+
+#: Default settings (conf/engine/mysql.yaml mirrors them).
+DEFAULTS: dict[str, Any] = dict(host="127.0.0.1", port=3306, user="polysql_reader",
+                                admin_user="root", database="", pool_size=4,
+                                password_env="POLYSQL_MYSQL_READER_PASSWORD",
+                                admin_password_env="POLYSQL_MYSQL_ADMIN_PASSWORD")
+
+#: Error number -> status (MySQL and MariaDB share most numbers).
+ERRNO_STATUS: dict[int, ExecStatus] = {
+    1064: S.SYNTAX,    # ER_PARSE_ERROR
+    1149: S.SYNTAX,    # ER_SYNTAX_ERROR
+    1146: S.SCHEMA,    # ER_NO_SUCH_TABLE
+    1054: S.SCHEMA,    # ER_BAD_FIELD_ERROR
+    1305: S.SCHEMA,    # ER_SP_DOES_NOT_EXIST (unknown function)
+    1630: S.SCHEMA,    # ER_FUNC_INEXISTENT_NAME_COLLISION
+    1052: S.SCHEMA,    # ER_NON_UNIQ_ERROR (ambiguous column)
+    1109: S.SCHEMA,    # ER_UNKNOWN_TABLE
+    1049: S.UNAVAILABLE,  # ER_BAD_DB_ERROR (replica database missing)
+    1969: S.TIMEOUT,   # MariaDB ER_STATEMENT_TIMEOUT (max_statement_time)
+    3024: S.TIMEOUT,   # MySQL ER_QUERY_TIMEOUT (max_execution_time)
+    1317: S.TIMEOUT,   # ER_QUERY_INTERRUPTED (KILL QUERY)
+    1142: S.REJECTED,  # ER_TABLEACCESS_DENIED_ERROR
+    1143: S.REJECTED,  # ER_COLUMNACCESS_DENIED_ERROR
+    1227: S.REJECTED,  # ER_SPECIFIC_ACCESS_DENIED_ERROR (SET GLOBAL, SUPER ...)
+    1044: S.REJECTED,  # ER_DBACCESS_DENIED_ERROR
+    1045: S.REJECTED,  # ER_ACCESS_DENIED_ERROR (INTO OUTFILE without FILE)
+    1370: S.REJECTED,  # ER_PROCACCESS_DENIED_ERROR
+    1792: S.REJECTED,  # ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+    1290: S.REJECTED,  # ER_OPTION_PREVENTS_STATEMENT (--secure-file-priv, read-only)
+    1055: S.RUNTIME,   # ER_WRONG_FIELD_WITH_GROUP (ONLY_FULL_GROUP_BY)
+    1111: S.RUNTIME,   # ER_INVALID_GROUP_FUNC_USE
+    1242: S.RUNTIME,   # ER_SUBQUERY_NO_1_ROW
+    1241: S.RUNTIME,   # ER_OPERAND_COLUMNS
+    1267: S.RUNTIME,   # ER_CANT_AGGREGATE_2COLLATIONS
+    1365: S.RUNTIME,   # ER_DIVISION_BY_ZERO
+    2003: S.UNAVAILABLE,  # CR_CONN_HOST_ERROR
+    2006: S.UNAVAILABLE,  # CR_SERVER_GONE_ERROR
+    2013: S.UNAVAILABLE,  # CR_SERVER_LOST
+    2055: S.UNAVAILABLE,  # CR_SERVER_LOST_EXTENDED
+}
+
+#: Client error numbers meaning "this connection is dead": drop it and retry once.
+LOST_CONNECTION_ERRNOS: frozenset[int] = frozenset({0, 2006, 2013, 2055, 1927})
+
+#: Functions refused before execution (lower case; see module docstring).
+DENIED_FUNCTIONS: frozenset[str] = frozenset({"load_file", "sys_exec", "sys_eval"})
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """How one server flavour spells its statement timeout.
+
+    Attributes:
+        timeout_sql: ``SET SESSION`` template taking the timeout (``{value}``).
+        unit_per_s: multiplier from seconds to the variable's unit.
+    """
+
+    timeout_sql: str
+    unit_per_s: float
+
+
+#: Server flavour (``"MariaDB" in @@version``) -> timeout settings.
+FLAVOURS: dict[str, Flavour] = {
+    "mariadb": Flavour("SET SESSION max_statement_time = {value}", 1.0),
+    "mysql": Flavour("SET SESSION max_execution_time = {value}", 1000.0),
+}
+
+_FIELD_ARROW: dict[int, pa.DataType] | None = None
+
+
+def _field_arrow() -> dict[int, pa.DataType]:
+    """PyMySQL FIELD_TYPE code -> Arrow type for columns with no value (lazy)."""
+    global _FIELD_ARROW
+    if _FIELD_ARROW is None:
+        from pymysql.constants import FIELD_TYPE as F
+
+        _FIELD_ARROW = {
+            F.TINY: pa.int8(), F.SHORT: pa.int16(), F.LONG: pa.int32(), F.INT24: pa.int32(),
+            F.LONGLONG: pa.int64(), F.FLOAT: pa.float32(), F.DOUBLE: pa.float64(),
+            F.NEWDECIMAL: pa.decimal128(38, 10), F.DECIMAL: pa.decimal128(38, 10),
+            F.VAR_STRING: pa.string(), F.STRING: pa.string(), F.VARCHAR: pa.string(),
+            F.BLOB: pa.string(), F.DATE: pa.date32(), F.DATETIME: pa.timestamp("us"),
+            F.TIMESTAMP: pa.timestamp("us"), F.TIME: pa.duration("us"), F.YEAR: pa.int16(),
+        }
+    return _FIELD_ARROW
+
+
+class _Conn:
+    """A PyMySQL connection plus what we know about its session (flavour, timeout, db)."""
+
+    def __init__(self, raw, flavour: str) -> None:
+        self.raw = raw
+        self.flavour = flavour
+        self.timeout_value: float | None = None
+        self.db: str | None = None
+
+
+def connect_raw(settings: ServerSettings, admin: bool = False, database: str | None = None,
+                **extra):
+    """Open a PyMySQL connection (reader unless ``admin``), autocommit, utf8mb4, no
+    multi-statements. Raises ``pymysql.err.OperationalError`` when unreachable."""
+    import pymysql
+
+    pw = settings.admin_password() if admin else settings.reader_password()
+    return pymysql.connect(host=settings.host, port=int(settings.port),
+                           user=settings.admin_user if admin else settings.user,
+                           password=pw or "", database=database or None, charset="utf8mb4",
+                           autocommit=True, connect_timeout=max(1, int(settings.connect_timeout_s)),
+                           client_flag=0, **extra)
+
+
+def server_flavour(raw) -> str:
+    """``"mariadb"`` or ``"mysql"`` from ``SELECT @@version``."""
+    with raw.cursor() as cur:
+        cur.execute("SELECT @@version")
+        return "mariadb" if "mariadb" in str(cur.fetchone()[0]).lower() else "mysql"
+
+
+class MySQLEngine:
+    """MySQL/MariaDB engine (``dialect = "mysql"``) - see the module docstring.
+
+    Args:
+        settings: :class:`ServerSettings` or a config dict (``DEFAULTS`` fill the gaps).
+
+    Attributes:
+        pool: bounded :class:`ConnectionPool` (``stats.opened`` = connections opened).
+        queries: ``execute`` calls that reached the server.
+    """
+
+    name = "mysql"
+    dialect = "mysql"
+
+    def __init__(self, settings: ServerSettings | dict | None = None) -> None:
+        if not isinstance(settings, ServerSettings):
+            settings = ServerSettings.from_dict(settings, **DEFAULTS)
+        self.settings = settings
+        self.pool: ConnectionPool = ConnectionPool(self._open, lambda c: c.raw.close(),
+                                                   settings.pool_size)
+        self.queries = 0
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return f"MySQLEngine({s.user}@{s.host}:{s.port}, pool={s.pool_size})"
+
+    def _open(self) -> _Conn:
+        raw = connect_raw(self.settings)
+        conn = _Conn(raw, server_flavour(raw))
+        if self.settings.sql_mode is not None:
+            with raw.cursor() as cur:
+                cur.execute("SET SESSION sql_mode = %s", (self.settings.sql_mode,))
+        return conn
+
+    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        """Run one untrusted statement read-only in database ``location``.
+
+        Never raises for bad SQL, timeouts, a missing database or an unreachable server.
+        """
+        import pymysql
+
+        with Stopwatch() as sw:
+            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS)
+        if refusal is not None:
+            return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
+        last: Exception | None = None
+        with Stopwatch() as sw:  # sw.now(): live elapsed seconds
+            for _attempt in range(2):
+                try:
+                    with self.pool.acquire() as lease:
+                        try:
+                            res = self._run(lease, location, sql, limits)
+                        except pymysql.err.MySQLError as e:
+                            code = e.args[0] if e.args and isinstance(e.args[0], int) else None
+                            if (isinstance(e, pymysql.err.InterfaceError)
+                                    or code in LOST_CONNECTION_ERRNOS):
+                                lease.discard()
+                                last = e
+                                continue
+                            self._cleanup(lease)
+                            return ExecutionResult.failure(
+                                classify(code, ERRNO_STATUS, None, S.RUNTIME),
+                                f"[{code}] {e.args[1] if len(e.args) > 1 else e}", sw.now())
+                        except Exception as e:  # result conversion etc.: never escape
+                            lease.discard()
+                            return ExecutionResult.failure(S.RUNTIME, repr(e), sw.now())
+                    self.queries += 1
+                    res.elapsed_s = sw.now()
+                    return res
+                except pymysql.err.OperationalError as e:  # could not (re)connect
+                    last = e
+                except TimeoutError as e:
+                    return ExecutionResult.failure(S.UNAVAILABLE, str(e), sw.now())
+        return ExecutionResult.failure(S.UNAVAILABLE, f"connection lost: {last}", sw.now())
+
+    def _cleanup(self, lease) -> None:
+        """End the read-only transaction after an error; drop the connection if that fails."""
+        try:
+            lease.conn.raw.query("ROLLBACK")
+        except Exception:
+            lease.discard()
+
+    def _run(self, lease, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        import pymysql
+
+        conn: _Conn = lease.conn
+        raw = conn.raw
+        if conn.db != location:
+            try:
+                raw.select_db(location)
+            except pymysql.err.OperationalError as e:
+                if e.args and e.args[0] in (1049, 1044):
+                    return ExecutionResult.failure(
+                        S.UNAVAILABLE, f"replica database {location!r} unavailable: {e.args[1]}")
+                raise
+            conn.db = location
+        flav = FLAVOURS[conn.flavour]
+        value = limits.timeout_s * flav.unit_per_s
+        value = round(value, 3) if conn.flavour == "mariadb" else max(1, int(value))
+        if conn.timeout_value != value:
+            raw.query(flav.timeout_sql.format(value=value))
+            conn.timeout_value = value
+        raw.query("START TRANSACTION READ ONLY")
+        cur = raw.cursor(pymysql.cursors.SSCursor)
+        t0 = time.perf_counter()
+        cur.execute(sql)
+        rows = cur.fetchmany(limits.row_cap + 1)
+        desc = cur.description or ()
+        if time.perf_counter() - t0 >= limits.timeout_s:
+            # MariaDB lets some functions (BENCHMARK) return a value after being interrupted
+            # by max_statement_time, without an error: a result past the limit is a timeout.
+            lease.discard()
+            return ExecutionResult.failure(
+                S.TIMEOUT, f"statement ran past the {limits.timeout_s}s limit (interrupted)")
+        if len(rows) > limits.row_cap:
+            lease.discard()  # do not drain the rest of an oversized result
+            return ExecutionResult.failure(S.TOO_LARGE, f"more than {limits.row_cap} rows (row cap)")
+        cur.close()
+        raw.query("ROLLBACK")
+        fmap = _field_arrow()
+        names = [d[0] for d in desc]
+        types = [fmap.get(d[1], pa.null()) for d in desc]
+        return ExecutionResult(S.OK, rows_to_arrow(names, list(rows), types))
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self.pool.close()

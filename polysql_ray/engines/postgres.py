@@ -1,0 +1,225 @@
+"""PostgreSQL target engine (psycopg 3): one untrusted read-only statement, sandboxed.
+
+Layout of replicas: one database (``ServerSettings.database``, default ``polysql``) holding one
+*schema* per (dataset, db_id) named ``pq_<dataset>_<db_id>`` (:func:`servers.replica_name`).
+The ``location`` given to :meth:`PostgresEngine.execute` is that schema name. Each query runs
+with ``search_path`` set to exactly that schema (``pg_catalog`` stays implicitly first, as
+always in PostgreSQL), so predictions use unqualified table names as on the source. Schemas
+instead of databases let one bounded connection pool serve every db_id (a database per db_id
+would need a pool per database: 20 Spider databases x pool size connections against
+``max_connections=100``).
+
+Sandbox (evaluation-notes.md section 4), all enforced by the server, not by us:
+
+* the statement runs as the least-privilege role ``polysql_reader`` (created by
+  ``replication/postgres.py``: LOGIN, NOSUPERUSER, USAGE+SELECT on ``pq_*`` schemas only,
+  role defaults ``default_transaction_read_only=on`` and a ``statement_timeout`` backstop);
+  superuser-only file/program access (``pg_read_file``, ``lo_import``, ``COPY ... PROGRAM``)
+  fails with SQLSTATE 42501 -> REJECTED;
+* inside ``BEGIN READ ONLY`` with ``SET LOCAL statement_timeout`` (ms) -> 57014 is TIMEOUT;
+* through a server-side cursor (``DECLARE ... CURSOR FOR <sql>``, extended protocol): the
+  server rejects a multi-statement string ("cannot insert multiple commands into a prepared
+  statement", 42601) and only ``row_cap + 1`` rows ever leave the server (``FETCH``);
+* after the shared statement guard (``engines/guard.py``) has accepted exactly one
+  SELECT/WITH statement.
+
+Errors are mapped by SQLSTATE (:data:`SQLSTATE_STATUS`, then class :data:`SQLSTATE_CLASS_STATUS`;
+PostgreSQL docs Appendix A "PostgreSQL Error Codes"). A lost connection (backend terminated,
+server restart) is replaced transparently and the read-only statement retried once.
+Results are Arrow tables built from psycopg's Python values (``Decimal``, ``date``,
+``datetime``, ``bytes`` ...).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
+from polysql_ray.engines.servers import LiveStopwatch as Stopwatch
+from polysql_ray.engines.servers import ConnectionPool, ServerSettings, classify, rows_to_arrow
+
+S = ExecStatus
+
+#: Default settings (conf/engine/postgres.yaml mirrors them).
+DEFAULTS: dict[str, Any] = dict(host="127.0.0.1", port=5432, user="polysql_reader",
+                                admin_user="postgres", database="polysql", pool_size=4,
+                                password_env="POLYSQL_PG_READER_PASSWORD",
+                                admin_password_env="POLYSQL_PG_ADMIN_PASSWORD")
+
+#: Exact SQLSTATE -> status.
+SQLSTATE_STATUS: dict[str, ExecStatus] = {
+    "42601": S.SYNTAX,    # syntax_error (also: multiple commands in a prepared statement)
+    "42P01": S.SCHEMA,    # undefined_table
+    "42703": S.SCHEMA,    # undefined_column
+    "42883": S.SCHEMA,    # undefined_function (also operator/argument-type mismatch)
+    "42702": S.SCHEMA,    # ambiguous_column
+    "42P09": S.SCHEMA,    # ambiguous_alias
+    "42704": S.SCHEMA,    # undefined_object
+    "3F000": S.SCHEMA,    # invalid_schema_name (qualified name of a missing schema)
+    "42501": S.REJECTED,  # insufficient_privilege (pg_read_file, lo_import, other schemas ...)
+    "25006": S.REJECTED,  # read_only_sql_transaction
+    "0A000": S.RUNTIME,   # feature_not_supported
+    "57014": S.TIMEOUT,   # query_canceled (statement_timeout)
+    "57P01": S.UNAVAILABLE,  # admin_shutdown (backend terminated)
+    "57P02": S.UNAVAILABLE,  # crash_shutdown
+    "57P03": S.UNAVAILABLE,  # cannot_connect_now
+    "3D000": S.UNAVAILABLE,  # invalid_catalog_name (database missing)
+    "28000": S.UNAVAILABLE,  # invalid_authorization_specification
+    "28P01": S.UNAVAILABLE,  # invalid_password
+}
+
+#: SQLSTATE class (first two characters) -> status, when no exact code matches.
+SQLSTATE_CLASS_STATUS: dict[str, ExecStatus] = {
+    "42": S.RUNTIME,   # other "syntax error or access rule" (datatype mismatch, grouping ...)
+    "22": S.RUNTIME,   # data exception (division by zero, invalid cast ...)
+    "21": S.RUNTIME,   # cardinality violation (subquery returned more than one row)
+    "53": S.RUNTIME,   # insufficient resources
+    "54": S.RUNTIME,   # program limit exceeded
+    "08": S.UNAVAILABLE,  # connection exception
+}
+
+#: Type OID -> Arrow type for columns that carry no value (empty or all-NULL result columns).
+OID_ARROW: dict[int, pa.DataType] = {
+    16: pa.bool_(), 20: pa.int64(), 21: pa.int16(), 23: pa.int32(), 700: pa.float32(),
+    701: pa.float64(), 1700: pa.decimal128(38, 10), 25: pa.string(), 1043: pa.string(),
+    1042: pa.string(), 19: pa.string(), 1082: pa.date32(), 1114: pa.timestamp("us"),
+    1184: pa.timestamp("us", tz="UTC"), 17: pa.binary(),
+}
+
+#: Functions refused before execution even though privileges would also refuse them
+#: (defence in depth; matched on sqlglot function names, lower case).
+DENIED_FUNCTIONS: frozenset[str] = frozenset({
+    "pg_read_file", "pg_read_binary_file", "pg_ls_dir", "pg_stat_file", "lo_import",
+    "lo_export", "lo_get", "dblink", "dblink_exec", "pg_terminate_backend", "pg_cancel_backend",
+    "set_config", "pg_reload_conf", "pg_logdir_ls", "pg_ls_waldir",
+})
+
+
+def _connect_kwargs(settings: ServerSettings, admin: bool = False,
+                    dbname: str | None = None) -> dict[str, Any]:
+    """psycopg connect kwargs for the reader (or admin) role; password resolved now."""
+    kw: dict[str, Any] = dict(host=settings.host, port=settings.port,
+                              user=settings.admin_user if admin else settings.user,
+                              dbname=dbname or settings.database,
+                              connect_timeout=max(1, int(settings.connect_timeout_s)),
+                              application_name="polysql_ray")
+    pw = settings.admin_password() if admin else settings.reader_password()
+    if pw is not None:
+        kw["password"] = pw
+    return kw
+
+
+def connect(settings: ServerSettings, admin: bool = False, dbname: str | None = None,
+            autocommit: bool = True):
+    """Open a psycopg connection (reader role unless ``admin``). Raises psycopg errors."""
+    import psycopg
+
+    return psycopg.connect(autocommit=autocommit, **_connect_kwargs(settings, admin, dbname))
+
+
+class PostgresEngine:
+    """PostgreSQL engine (``dialect = "postgres"``) - see the module docstring.
+
+    Args:
+        settings: :class:`ServerSettings` or a config dict (``DEFAULTS`` fill the gaps).
+
+    Attributes:
+        pool: the bounded :class:`ConnectionPool` (its ``stats`` count connections opened).
+        queries: number of ``execute`` calls that reached the server.
+    """
+
+    name = "postgres"
+    dialect = "postgres"
+
+    def __init__(self, settings: ServerSettings | dict | None = None) -> None:
+        if not isinstance(settings, ServerSettings):
+            settings = ServerSettings.from_dict(settings, **DEFAULTS)
+        self.settings = settings
+        self.pool: ConnectionPool = ConnectionPool(lambda: connect(self.settings),
+                                                   lambda c: c.close(), settings.pool_size)
+        self.queries = 0
+        self._known_locations: set[str] = set()
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return f"PostgresEngine({s.user}@{s.host}:{s.port}/{s.database}, pool={s.pool_size})"
+
+    # ------------------------------------------------------------------ execution
+    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        """Run one untrusted statement read-only in schema ``location``.
+
+        Returns a typed :class:`ExecutionResult`; never raises for bad SQL, timeouts, missing
+        schemas (UNAVAILABLE) or an unreachable server (UNAVAILABLE).
+        """
+        from polysql_ray.engines.servers import precheck
+
+        with Stopwatch() as sw:
+            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS)
+        if refusal is not None:
+            return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
+        import psycopg
+
+        last: Exception | None = None
+        with Stopwatch() as sw:  # sw.now(): live elapsed seconds
+            for attempt in range(2):  # one transparent retry on a lost connection
+                try:
+                    with self.pool.acquire() as lease:
+                        try:
+                            res = self._run(lease.conn, location, sql, limits)
+                        except psycopg.Error as e:
+                            if lease.conn.broken or lease.conn.closed:
+                                lease.discard()
+                                last = e
+                                continue
+                            return self._failure(e, sw)
+                        except Exception as e:  # result conversion etc.: never escape
+                            lease.discard()
+                            return ExecutionResult.failure(S.RUNTIME, repr(e), sw.now())
+                    self.queries += 1
+                    res.elapsed_s = sw.now()
+                    return res
+                except psycopg.OperationalError as e:  # could not (re)connect
+                    last = e
+                except TimeoutError as e:
+                    return ExecutionResult.failure(S.UNAVAILABLE, str(e), sw.now())
+        return ExecutionResult.failure(S.UNAVAILABLE, f"connection lost: {last}", sw.now())
+
+    def _run(self, conn, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        from psycopg import sql as psql
+
+        if location not in self._known_locations:
+            row = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [location]).fetchone()
+            if row is None:
+                return ExecutionResult.failure(
+                    S.UNAVAILABLE, f"replica schema {location!r} does not exist")
+            self._known_locations.add(location)
+        ms = max(1, int(limits.timeout_s * 1000))
+        # trusted, composed with quoting, sent in one round trip (simple protocol)
+        conn.execute(psql.SQL("BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = {}; "
+                              "SET LOCAL search_path = {}").format(
+            psql.Literal(ms), psql.Identifier(location)))
+        try:
+            cur = conn.cursor(name="polysql_q")  # server-side: DECLARE + FETCH
+            cur.execute(sql)
+            rows = cur.fetchmany(limits.row_cap + 1)
+            desc = cur.description or []
+            if len(rows) > limits.row_cap:
+                return ExecutionResult.failure(
+                    S.TOO_LARGE, f"more than {limits.row_cap} rows (row cap)")
+            names = [d.name for d in desc]
+            types = [OID_ARROW.get(d.type_code, pa.null()) for d in desc]
+            return ExecutionResult(S.OK, rows_to_arrow(names, rows, types))
+        finally:
+            if not conn.closed and not conn.broken:
+                conn.execute("ROLLBACK")
+
+    def _failure(self, e: Exception, sw: Stopwatch) -> ExecutionResult:
+        code = getattr(e, "sqlstate", None)
+        status = classify(code, SQLSTATE_STATUS, SQLSTATE_CLASS_STATUS, S.RUNTIME)
+        msg = f"[{code}] {e}" if code else str(e)
+        return ExecutionResult.failure(status, msg, sw.now())
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self.pool.close()

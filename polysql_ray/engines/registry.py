@@ -1,0 +1,83 @@
+"""Engine registry: engine name -> class, default sqlglot dialect and settings, as data.
+
+``make_engine("duckdb", threads=2)`` builds an engine; settings given override
+:data:`ENGINES`' defaults. The dialect name equals the engine name for now (``sqlite``,
+``duckdb``; later ``postgres``, ``mysql``, ``clickhouse``): add one :class:`EngineSpec` row
+per new engine module.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+from polysql_ray.engines.base import Engine
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One registry row.
+
+    Attributes:
+        cls: ``"module:Class"`` of the engine (imported lazily: server drivers stay optional).
+        dialect: sqlglot dialect of the SQL the engine accepts.
+        embedded: True when ``location`` is a local file (replicas live under replicas_dir).
+        settings: default constructor keyword arguments.
+        takes_mapping: the class takes one settings mapping (server engines: host, port,
+            user, password_env ...) instead of keyword arguments.
+    """
+
+    cls: str
+    dialect: str
+    embedded: bool
+    settings: dict = field(default_factory=dict)
+    takes_mapping: bool = False
+
+
+#: Engine name -> spec.
+ENGINES: dict[str, EngineSpec] = {
+    "sqlite": EngineSpec("polysql_ray.engines.sqlite:SqliteEngine", "sqlite", True,
+                         {"progress_steps": 1000}),
+    "duckdb": EngineSpec("polysql_ray.engines.duckdb:DuckDBEngine", "duckdb", True,
+                         {"threads": 1, "memory_limit": "2GB"}),
+    "postgres": EngineSpec("polysql_ray.engines.postgres:PostgresEngine", "postgres", False, takes_mapping=True),
+    "mysql": EngineSpec("polysql_ray.engines.mysql:MySQLEngine", "mysql", False, takes_mapping=True),
+}
+
+
+def engine_spec(name: str) -> EngineSpec:
+    """The registry row of ``name``; ``KeyError`` naming the known engines otherwise."""
+    try:
+        return ENGINES[name]
+    except KeyError:
+        raise KeyError(f"unknown engine {name!r}; known: {sorted(ENGINES)}") from None
+
+
+def default_dialect(name: str) -> str:
+    """sqlglot dialect name of engine ``name``."""
+    return engine_spec(name).dialect
+
+
+def make_engine(name: str, **settings) -> Engine:
+    """Instantiate engine ``name`` with its default settings overridden by ``settings``."""
+    spec = engine_spec(name)
+    module, _, cls = spec.cls.partition(":")
+    merged = {**spec.settings, **settings}
+    klass = getattr(importlib.import_module(module), cls)
+    return klass(merged) if spec.takes_mapping else klass(**merged)
+
+
+#: Target dialect name -> engine that runs SQL written for it. One row per dialect; several
+#: dialects may share an engine (e.g. ``mariadb`` -> ``mysql``).
+DIALECTS: dict[str, str] = {name: name for name in ENGINES}
+
+
+def engine_for_dialect(dialect: str) -> str:
+    """Engine name that executes predictions written for ``dialect``.
+
+    Errors: ``KeyError`` naming the known dialects.
+    """
+    try:
+        return DIALECTS[dialect]
+    except KeyError:
+        raise KeyError(f"unknown dialect {dialect!r}; known dialects: {sorted(DIALECTS)}") from None
+

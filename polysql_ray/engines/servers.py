@@ -1,0 +1,370 @@
+"""Shared plumbing for server engines (PostgreSQL, MySQL/MariaDB): settings, secrets, pools.
+
+Three pieces, used by :mod:`polysql_ray.engines.postgres`, :mod:`polysql_ray.engines.mysql`
+and the server replication loaders:
+
+* :class:`ServerSettings` - connection settings read from a plain dict (a Hydra
+  ``conf/engine/<name>.yaml`` node). Passwords are *never* held in the settings: only the name
+  of an environment variable or the path of a secret file, resolved at connect time by
+  :func:`resolve_secret`. ``repr``/:meth:`ServerSettings.public_dict` therefore cannot leak them
+  into logs or manifests.
+* :class:`ConnectionPool` - a bounded, thread-safe pool of reusable connections with counters
+  (opened / reused / discarded) that the benchmark reports. A connection that the caller marks
+  broken is closed and replaced by a fresh one on the next ``acquire``.
+* :func:`replica_name` - the one naming rule for replicated databases: ``pq_<dataset>_<db_id>``
+  (a MySQL database, a PostgreSQL schema).
+
+Policy reference: evaluation-notes.md section 4 (least-privilege role, engine-side limits).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+C = TypeVar("C")
+
+#: Prefix of every replicated database/schema; the reader role is granted exactly these.
+REPLICA_PREFIX = "pq_"
+
+_SAFE_NAME = re.compile(r"[^0-9A-Za-z_]")
+
+
+def replica_name(dataset: str, db_id: str, prefix: str = REPLICA_PREFIX) -> str:
+    """Name of the replica of ``(dataset, db_id)`` on a server engine.
+
+    Returns ``pq_<dataset>_<db_id>`` with characters outside ``[0-9A-Za-z_]`` replaced by ``_``
+    (case kept: MariaDB here runs with ``lower_case_table_names=0``, so database names are
+    case-sensitive, and PostgreSQL schema names are quoted everywhere). At most 63 characters
+    (PostgreSQL NAMEDATALEN-1; MySQL allows 64). Raises ValueError when longer.
+    """
+    name = prefix + _SAFE_NAME.sub("_", dataset) + "_" + _SAFE_NAME.sub("_", db_id)
+    if len(name) > 63:
+        raise ValueError(f"replica name too long for a server identifier: {name!r}")
+    return name
+
+
+def resolve_secret(env: str | None = None, file: str | None = None) -> str | None:
+    """Resolve a password from an environment variable or a secret file, never from config.
+
+    Args:
+        env: name of an environment variable holding the password (checked first).
+        file: path of a file whose content (trailing newline stripped) is the password.
+
+    Returns:
+        The password, or None when neither source is configured/present (servers with trust
+        auth or an empty root password, as on the development machine).
+
+    Raises:
+        FileNotFoundError: ``file`` is configured but does not exist.
+    """
+    if env and os.environ.get(env) is not None:
+        return os.environ[env]
+    if file:
+        return Path(file).expanduser().read_text().rstrip("\r\n")
+    return None
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Connection settings of one database server (no secrets inside).
+
+    Attributes:
+        host, port: server address.
+        user: least-privilege reader role that runs gold and predicted SQL.
+        admin_user: role used only by replication (create databases, load, GRANT).
+        password_env / password_file: where the *reader* password comes from.
+        admin_password_env / admin_password_file: where the *admin* password comes from.
+        database: PostgreSQL only: the database holding one schema per replica.
+        pool_size: maximum open connections per engine instance (per process/actor).
+        connect_timeout_s: seconds to wait for a TCP connection.
+        sql_mode: MySQL only: ``None`` keeps the server default (documented in mysql.py).
+        extra: engine-specific options (kept out of the fingerprint of replicas).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 5432
+    user: str = "polysql_reader"
+    admin_user: str = "postgres"
+    password_env: str | None = None
+    password_file: str | None = None
+    admin_password_env: str | None = None
+    admin_password_file: str | None = None
+    database: str = "polysql"
+    pool_size: int = 4
+    connect_timeout_s: float = 5.0
+    sql_mode: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, cfg: dict[str, Any] | None, **defaults: Any) -> "ServerSettings":
+        """Build from a config dict; unknown keys go to ``extra``.
+
+        Raises ValueError when the dict contains a literal ``password``/``admin_password``
+        key: secrets must come from ``*_env`` or ``*_file``.
+        """
+        cfg = dict(cfg or {})
+        for bad in ("password", "admin_password"):
+            if bad in cfg:
+                raise ValueError(
+                    f"'{bad}' must not appear in engine config; use {bad}_env or {bad}_file")
+        known = {f for f in cls.__dataclass_fields__ if f != "extra"}
+        kwargs = {**defaults, **{k: v for k, v in cfg.items() if k in known}}
+        extra = {k: v for k, v in cfg.items() if k not in known and k not in ("name", "_target_")}
+        return cls(**kwargs, extra=extra)
+
+    def reader_password(self) -> str | None:
+        """The reader role's password (env var, then file), or None."""
+        return resolve_secret(self.password_env, self.password_file)
+
+    def admin_password(self) -> str | None:
+        """The admin role's password (env var, then file), or None."""
+        return resolve_secret(self.admin_password_env, self.admin_password_file)
+
+    def public_dict(self) -> dict[str, Any]:
+        """Settings safe to log or store in a manifest (only secret *locations*, no secrets)."""
+        return asdict(self)
+
+
+class PoolStats:
+    """Counters of a :class:`ConnectionPool` (all plain ints, read without locking)."""
+
+    def __init__(self) -> None:
+        self.opened = 0
+        self.reused = 0
+        self.discarded = 0
+        self.acquired = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """``{"opened", "reused", "discarded", "acquired"}`` counts."""
+        return dict(opened=self.opened, reused=self.reused, discarded=self.discarded,
+                    acquired=self.acquired)
+
+
+class ConnectionPool(Generic[C]):
+    """Bounded, thread-safe pool of reusable connections.
+
+    At most ``size`` connections exist at once; ``acquire`` blocks (up to ``wait_s``) when all
+    are in use. Idle connections are reused LIFO. The caller marks a connection broken by
+    raising out of the ``with`` block an exception for which ``is_broken(exc, conn)`` is true,
+    or by calling :meth:`Lease.discard`; broken connections are closed and not returned.
+
+    Args:
+        connect: zero-argument factory opening a new connection (may raise).
+        close: closes one connection (errors ignored).
+        size: maximum simultaneous connections (>= 1).
+        wait_s: seconds ``acquire`` waits for a free slot before raising TimeoutError.
+    """
+
+    def __init__(self, connect: Callable[[], C], close: Callable[[C], None], size: int = 4,
+                 wait_s: float = 60.0) -> None:
+        if size < 1:
+            raise ValueError("pool size must be >= 1")
+        self._connect = connect
+        self._close = close
+        self._idle: list[C] = []
+        self._slots = threading.BoundedSemaphore(size)
+        self._lock = threading.Lock()
+        self.size = size
+        self.wait_s = wait_s
+        self.stats = PoolStats()
+
+    @contextlib.contextmanager
+    def acquire(self) -> Iterator["Lease[C]"]:
+        """Lend one connection: ``with pool.acquire() as lease: lease.conn ...``.
+
+        Raises TimeoutError when no slot frees up within ``wait_s``; connection errors of the
+        factory propagate (the slot is released).
+        """
+        if not self._slots.acquire(timeout=self.wait_s):
+            raise TimeoutError(f"no free connection within {self.wait_s}s (pool size {self.size})")
+        lease: Lease[C] | None = None
+        try:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                conn = self._connect()
+                self.stats.opened += 1
+            else:
+                self.stats.reused += 1
+            self.stats.acquired += 1
+            lease = Lease(conn)
+            yield lease
+        except BaseException:
+            if lease is not None:
+                lease.broken = True
+            raise
+        finally:
+            if lease is not None:
+                if lease.broken:
+                    self.stats.discarded += 1
+                    with contextlib.suppress(Exception):
+                        self._close(lease.conn)
+                else:
+                    with self._lock:
+                        self._idle.append(lease.conn)
+            self._slots.release()
+
+    def close(self) -> None:
+        """Close all idle connections (connections currently lent are closed on return)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                self._close(conn)
+
+    def __repr__(self) -> str:
+        return f"ConnectionPool(size={self.size}, stats={self.stats.as_dict()})"
+
+
+class Lease(Generic[C]):
+    """One borrowed connection; set ``broken`` (or call :meth:`discard`) to drop it."""
+
+    def __init__(self, conn: C) -> None:
+        self.conn = conn
+        self.broken = False
+
+    def discard(self) -> None:
+        """Close this connection instead of returning it to the pool."""
+        self.broken = True
+
+
+def classify(code: Any, exact: dict, prefixes: dict | None = None, default: Any = None) -> Any:
+    """Look an engine error code up in an error table (behaviour as data).
+
+    Args:
+        code: SQLSTATE string (PostgreSQL) or error number (MySQL); may be None.
+        exact: code -> value.
+        prefixes: code-prefix -> value, tried longest prefix first (SQLSTATE classes).
+        default: value when nothing matches.
+    """
+    if code in exact:
+        return exact[code]
+    if prefixes and isinstance(code, str):
+        for p in sorted(prefixes, key=len, reverse=True):
+            if code.startswith(p):
+                return prefixes[p]
+    return default
+
+
+def rows_to_arrow(names: list[str], rows: list[tuple], fallback_types: list | None = None):
+    """Build an Arrow table from DB-API rows, keeping the driver's Python types.
+
+    Types are inferred by Arrow from the values (``Decimal`` -> decimal128, ``date`` ->
+    date32, ``datetime`` -> timestamp, ``bytes`` -> binary ...). A column with no non-NULL
+    value takes ``fallback_types[i]`` (from the cursor description) when given, else null.
+    A column Arrow cannot infer (mixed Python types, decimals beyond 38 digits) becomes strings
+    via ``str`` - recorded nowhere else, so keep it rare. Duplicate column names are kept.
+
+    Args:
+        names: column names in result order (duplicates allowed).
+        rows: list of tuples, each ``len(names)`` long.
+        fallback_types: optional Arrow types per column.
+    """
+    import pyarrow as pa
+
+    arrays = []
+    for i in range(len(names)):
+        col = [r[i] for r in rows]
+        fb = fallback_types[i] if fallback_types else None
+        if all(v is None for v in col):
+            arrays.append(pa.array(col, type=fb or pa.null()))
+            continue
+        try:
+            arrays.append(pa.array(col))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+            arrays.append(pa.array([None if v is None else str(v) for v in col], type=pa.string()))
+    return pa.Table.from_arrays(arrays, names=list(names))
+
+
+def denied_function(sql: str, dialect: str, denied: frozenset[str]) -> str | None:
+    """Name of the first function in ``denied`` that ``sql`` calls, else None.
+
+    Parses with sqlglot in ``dialect``; unparseable SQL returns None (the server then
+    reports the syntax error itself). Names compare lower-cased; both sqlglot's known
+    functions (``exp.Func.sql_name()``) and anonymous calls are checked.
+    """
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        trees = sqlglot.parse(sql, read=dialect)
+    except Exception:
+        return None
+    for tree in trees:
+        if tree is None:
+            continue
+        for node in tree.find_all(exp.Func):
+            name = node.name if isinstance(node, exp.Anonymous) else node.sql_name()
+            if name and name.lower() in denied:
+                return name.lower()
+    return None
+
+
+def precheck(sql: str | None, dialect: str, denied: frozenset[str]):
+    """Client-side checks before an untrusted statement reaches a server.
+
+    1. The shared statement guard (``engines/guard.check_statement``): exactly one
+       SELECT/WITH statement (``reject`` -> REJECTED, ``empty`` -> EMPTY; ``defer`` lets the
+       server judge, which still runs it read-only as the reader role).
+    2. The engine's denied functions (file/program/session access), as defence in depth:
+       privileges of the reader role refuse them too, except MySQL ``LOAD_FILE`` which
+       returns NULL instead of failing without the FILE privilege.
+
+    Returns ``(None, sql_to_send)`` when the statement may run - the single statement cut
+    out of surrounding ``;`` and trailing comments (a server-side cursor refuses a trailing
+    ``;``) - else ``((ExecStatus, message), None)``.
+    """
+    from polysql_ray.engines.base import ExecStatus
+    from polysql_ray.engines.guard import check_statement
+
+    verdict = check_statement(sql, dialect)
+    if verdict.action == "empty":
+        return (ExecStatus.EMPTY, verdict.message or "no SQL to run"), None
+    if verdict.action == "reject":
+        return (ExecStatus.REJECTED, verdict.message), None
+    name = denied_function(sql, dialect, denied)
+    if name is not None:
+        return (ExecStatus.REJECTED, f"function {name}() is not allowed in the sandbox"), None
+    return None, single_statement_text(sql, dialect) if verdict.action == "pass" else sql
+
+
+def single_statement_text(sql: str, dialect: str) -> str:
+    """The text of the one non-empty statement in ``sql`` (guard already passed): from its
+    first token to its last, dropping ``;`` separators and trailing comments."""
+    from sqlglot.dialects.dialect import Dialect
+    from sqlglot.tokens import TokenType
+
+    try:
+        toks = [t for t in Dialect.get_or_raise(dialect).tokenize(sql)
+                if t.token_type != TokenType.SEMICOLON]
+    except Exception:
+        return sql
+    if not toks:
+        return sql
+    return sql[toks[0].start: toks[-1].end + 1]
+
+
+class LiveStopwatch:
+    """``with LiveStopwatch() as sw: ... sw.now()`` - seconds since entry, readable inside the
+    block (``engines.base.Stopwatch`` only sets ``elapsed`` on exit)."""
+
+    def __enter__(self) -> "LiveStopwatch":
+        import time
+
+        self._t0 = time.perf_counter()
+        self.elapsed = 0.0
+        return self
+
+    def now(self) -> float:
+        """Seconds since ``__enter__``."""
+        import time
+
+        return time.perf_counter() - self._t0
+
+    def __exit__(self, *exc) -> None:
+        self.elapsed = self.now()

@@ -1,0 +1,159 @@
+"""The generation stage: predictions for one grid cell, reusing stored generations.
+
+For a generator that renders prompts (``uses_prompts = True``: ``hf``, ``openai``, ``vllm``)
+the stage, per cell (model x dataset x dialect x instruction level):
+
+1. renders every example's prompt once (:func:`polysql_ray.generation.prompts.render_all`,
+   the same function the generators call, so the sha256 is the prompt the model sees);
+2. looks the generations up in :class:`polysql_ray.store.generations.GenerationsStore` by
+   ``generation_key(generator.fingerprint(), prompt sha256)``;
+3. calls ``generator.generate`` only for the examples not found (one call per cell, so vLLM
+   still batches the whole remainder);
+4. appends the new generations to the store and returns one Prediction per example, in
+   example order.
+
+A rerun therefore generates nothing, and a crash mid-sweep loses at most the cell being
+generated. Replay and gold generators (no ``uses_prompts``) are called directly and never
+touch the store. One generator instance per model serves every cell of a sweep (the driver's
+``grid.generators``), so a vLLM actor pool is started once; :func:`close_generators` stops it.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+from polysql_ray.datasets.example import Example
+from polysql_ray.generation.base import GenStatus, Prediction
+from polysql_ray.store.generations import GenerationsStore, generation_key
+
+log = logging.getLogger("polysql_ray")
+
+
+@dataclass
+class GenerationStats:
+    """Figures of the generation stage over one run.
+
+    Attributes:
+        cells: cells that asked for predictions.
+        generated: predictions produced by calling a generator in this run (model calls for
+            ``uses_prompts`` generators; every prediction of replay/gold).
+        reused: predictions read back from the generations store.
+        unrenderable: examples whose prompt could not be built (ERROR predictions, no model call).
+        seconds: wall seconds spent in the stage (rendering, lookups, generation, writes).
+        per_model: ``{model: generated}``.
+    """
+
+    cells: int = 0
+    generated: int = 0
+    reused: int = 0
+    unrenderable: int = 0
+    seconds: float = 0.0
+    per_model: dict = field(default_factory=dict)
+
+
+class GenerationStage:
+    """Per-run generation stage: owns the (optional) store and the run's figures.
+
+    Args:
+        store: the generations store; None disables caching (every cell calls the generator).
+    """
+
+    def __init__(self, store: GenerationsStore | None) -> None:
+        self.store = store
+        self.stats = GenerationStats()
+
+    def predictions(self, gen: Any, examples: Sequence[Example], dataset: str, dialect: str,
+                    instruction_level: str) -> list[Prediction]:
+        """One Prediction per example, in example order, for one cell.
+
+        Args:
+            gen: a :class:`polysql_ray.generation.base.Generator` (``model``, ``fingerprint()``,
+                ``generate()``; ``uses_prompts`` and ``sample_rows`` read when present).
+            examples: the cell's dataset examples.
+            dataset / dialect / instruction_level: the cell's coordinates.
+
+        Raises:
+            RuntimeError: the generator returned a wrong number of predictions, or a prompt
+                sha256 different from the one the stage rendered (a template drift that would
+                poison the store).
+            ValueError: unknown dialect or malformed level (from prompt rendering).
+        """
+        t0 = time.perf_counter()
+        self.stats.cells += 1
+        try:
+            if self.store is None or not getattr(gen, "uses_prompts", False):
+                preds = self._call(gen, list(examples), dialect, instruction_level)
+                self._count(gen.model, len(preds))
+                return preds
+            return self._cached(gen, examples, dataset, dialect, instruction_level)
+        finally:
+            self.stats.seconds += time.perf_counter() - t0
+
+    # -- internals --------------------------------------------------------------------
+
+    def _count(self, model: str, n: int) -> None:
+        self.stats.generated += n
+        self.stats.per_model[model] = self.stats.per_model.get(model, 0) + n
+
+    @staticmethod
+    def _call(gen: Any, examples: list[Example], dialect: str, level: str) -> list[Prediction]:
+        preds = list(gen.generate(examples, dialect, level))
+        if len(preds) != len(examples):
+            raise RuntimeError(f"generator {gen.model} returned {len(preds)} predictions for "
+                               f"{len(examples)} examples")
+        return preds
+
+    def _cached(self, gen: Any, examples: Sequence[Example], dataset: str, dialect: str,
+                level: str) -> list[Prediction]:
+        from polysql_ray.generation.prompts import render_all
+
+        prompts, errors = render_all(examples, dialect, level, getattr(gen, "sample_rows", 0))
+        fp = gen.fingerprint()
+        out: list[Prediction | None] = [None] * len(examples)
+        for i, msg in errors.items():
+            out[i] = Prediction(question_id=examples[i].question_id, pred_sql="",
+                                status=GenStatus.ERROR, error=msg)
+        self.stats.unrenderable += len(errors)
+        keys = {i: generation_key(fp, p.sha256) for i, p in enumerate(prompts) if p is not None}
+        found = self.store.lookup(gen.model, keys.values())
+        todo = []
+        for i, k in keys.items():
+            if k in found:
+                out[i] = replace(found[k], question_id=examples[i].question_id)
+            else:
+                todo.append(i)
+        self.stats.reused += len(keys) - len(todo)
+        if todo:
+            new = self._call(gen, [examples[i] for i in todo], dialect, level)
+            for i, p in zip(todo, new):
+                want = prompts[i].sha256
+                if p.prompt_sha256 and p.prompt_sha256 != want:
+                    raise RuntimeError(
+                        f"generator {gen.model} saw prompt {p.prompt_sha256[:12]} for question "
+                        f"{examples[i].question_id}, the pipeline rendered {want[:12]}")
+                p.prompt_sha256 = want
+                out[i] = p
+            self.store.append(gen.model, fp, dataset, dialect, level, new)
+            self._count(gen.model, len(new))
+        return out  # type: ignore[return-value]
+
+
+def close_generators(generators: Mapping[str, Any]) -> list[str]:
+    """Call ``close()`` on every generator that has one (vLLM actor pools, HTTP sessions).
+
+    Call once at the end of a run (in a ``finally``), after the last cell was generated.
+    A failing ``close`` is logged and does not stop the others. Returns the model names closed.
+    """
+    closed = []
+    for name, gen in generators.items():
+        close = getattr(gen, "close", None)
+        if not callable(close):
+            continue
+        try:
+            close()
+            closed.append(name)
+        except Exception as exc:  # noqa: BLE001 — shutdown must reach every generator
+            log.warning("closing generator %s failed: %s", name, exc)
+    return closed

@@ -1,0 +1,276 @@
+"""MySQL / MariaDB target writer: an exact copy of a source database in one database.
+
+Layout: database ``pq_<dataset>_<db_id>`` (``servers.replica_name``), InnoDB tables, charset
+``utf8mb4`` with the *server's default collation* (MariaDB 10.11: ``utf8mb4_general_ci``):
+case-/accent-insensitive comparison is MySQL semantics that predictions must face
+(evaluation-notes.md section 5), so it is kept, not hidden. A key whose values collide under
+that collation cannot be carried and is recorded as dropped.
+
+Type map (``typemap.TARGET_TYPES["mysql"]`` refined here, as data in :data:`KEY_TEXT_MAX_CHARS`):
+
+* BIGINT -> BIGINT, DOUBLE -> DOUBLE (8 bytes), BLOB -> LONGBLOB, DECIMAL -> DECIMAL(p,s),
+  DATE -> DATE, TIMESTAMP -> DATETIME(6).
+* VARCHAR -> LONGTEXT, except text columns that take part in a PRIMARY/FOREIGN KEY: MySQL
+  cannot index TEXT without a prefix length, so those become ``VARCHAR(n)`` with ``n`` the
+  longest value in the data (at least 1; characters, not bytes). Beyond
+  :data:`KEY_TEXT_MAX_CHARS` (InnoDB's 3072-byte key limit / 4 bytes per utf8mb4 char) the
+  column stays LONGTEXT and its keys are dropped and recorded. Both types compare with the
+  same PAD SPACE collation, so results do not depend on the choice.
+
+Identifiers: exactly the source's, always backquoted. Table names are case-sensitive on this
+server (``lower_case_table_names=0``, checked at write time: with 1 or 2 two tables whose names
+differ only in case cannot coexist and the copy is refused). Column names are always
+case-insensitive in MySQL; a table with two such columns is refused.
+
+Procedure: ``DROP DATABASE IF EXISTS`` / ``CREATE DATABASE``; tables without constraints;
+batched multi-row ``INSERT`` (PyMySQL ``executemany``; floats sent as ``repr``, exact);
+then, with ``FOREIGN_KEY_CHECKS=1`` so the server validates existing rows, PRIMARY KEY,
+NOT NULL and FOREIGN KEY one by one; each one the server refuses (duplicates, NULLs,
+orphans, type mismatch) is dropped alone and recorded with the server's message. DDL is not
+transactional in MySQL: on any failure the database is dropped by ``replicate``.
+Then ``GRANT SELECT ON db.*`` to the reader user (:func:`ensure_reader_user`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from polysql_ray.datasets.example import SourceDatabase
+from polysql_ray.engines import mysql as my_engine
+from polysql_ray.engines.servers import ServerSettings, replica_name
+from polysql_ray.replication import typemap
+from polysql_ray.replication.base import ReplicationError, TableChecksum, TableSpec
+from polysql_ray.replication.certificate import ChecksumAccumulator
+from polysql_ray.replication.postgres import content_fingerprint, resolve_name
+
+#: Longest VARCHAR (characters) a key column may get: 3072-byte InnoDB key / 4 bytes.
+KEY_TEXT_MAX_CHARS = 768
+
+#: Rows per multi-row INSERT.
+INSERT_BATCH_ROWS = 2_000
+
+#: MariaDB-only per-user backstop on statement time (seconds); the engine sets its own.
+READER_MAX_STATEMENT_TIME_S = 300
+
+
+def bq(name: str) -> str:
+    """Backquote a MySQL identifier (inner backquotes doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def ensure_reader_user(settings: ServerSettings, cur, flavour: str) -> str:
+    """Create/refresh the reader user ``'<user>'@'<reader_host>'`` (admin cursor).
+
+    ``reader_host`` comes from ``settings.extra`` (default ``%``). Password from the reader
+    secret ('' when none). No global privileges (USAGE only); MariaDB also gets
+    ``MAX_STATEMENT_TIME`` as a backstop. Returns the account string for GRANTs.
+    """
+    host = settings.extra.get("reader_host", "%")
+    account = f"'{settings.user}'@'{host}'"
+    pw = settings.reader_password() or ""
+    fmt = account.replace("%", "%%")  # PyMySQL formats with %
+    cur.execute(f"CREATE USER IF NOT EXISTS {fmt} IDENTIFIED BY %s", (pw,))
+    cur.execute(f"ALTER USER {fmt} IDENTIFIED BY %s", (pw,))
+    if flavour == "mariadb":
+        cur.execute(f"ALTER USER {account} WITH MAX_STATEMENT_TIME {READER_MAX_STATEMENT_TIME_S}")
+    return account
+
+
+class MySQLWriter:
+    """:class:`~polysql_ray.replication.base.TargetWriter` for MySQL/MariaDB (module doc).
+
+    Args:
+        settings: :class:`ServerSettings` or config dict; default ``engines.mysql.DEFAULTS``.
+    """
+
+    engine = "mysql"
+
+    def __init__(self, settings: ServerSettings | dict | None = None) -> None:
+        if not isinstance(settings, ServerSettings):
+            settings = ServerSettings.from_dict(settings, **my_engine.DEFAULTS)
+        self.settings = settings
+
+    def __repr__(self) -> str:
+        return f"MySQLWriter({self.settings.admin_user}@{self.settings.host}:{self.settings.port})"
+
+    def _admin(self, database: str | None = None):
+        return my_engine.connect_raw(self.settings, admin=True, database=database)
+
+    def version(self) -> str:
+        """``@@version`` (e.g. ``10.11.19-MariaDB-0+deb12u1``)."""
+        with self._admin() as c, c.cursor() as cur:
+            cur.execute("SELECT @@version")
+            return "mysql " + cur.fetchone()[0]
+
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path) -> str:
+        """Database name ``pq_<dataset>_<db_id>``."""
+        return replica_name(dataset, db_id)
+
+    # ------------------------------------------------------------------ write
+    def _key_columns(self, t: TableSpec) -> set[str]:
+        cols = set(t.primary_key)
+        for fk in t.foreign_keys:
+            cols.update(fk.columns)
+        return cols
+
+    def _referenced_columns(self, tables: list[TableSpec]) -> dict[str, set[str]]:
+        by_name = {t.name: t for t in tables}
+        out: dict[str, set[str]] = {}
+        for t in tables:
+            for fk in t.foreign_keys:
+                p = resolve_name(fk.ref_table, by_name)
+                if p:
+                    out.setdefault(p, set()).update(fk.ref_columns or by_name[p].primary_key)
+        return out
+
+    def _max_chars(self, t: TableSpec, names: set[str], source, reader) -> dict[str, int]:
+        idx = {c.name: i for i, c in enumerate(t.columns) if c.name in names}
+        out = {n: 1 for n in idx}
+        for batch in reader.batches(source, t):
+            for n, i in idx.items():
+                for v in batch.column(i).to_pylist():
+                    if v is not None and len(v) > out[n]:
+                        out[n] = len(v)
+        return out
+
+    def write(self, location: str, tables: list[TableSpec], source: SourceDatabase,
+              reader) -> list[str]:
+        """Build the copy (module doc); returns dropped-constraint sentences."""
+        import pymysql
+
+        dropped: list[str] = []
+        db = bq(location)
+        try:
+            with self._admin() as conn, conn.cursor() as cur:
+                flavour = my_engine.server_flavour(conn)
+                cur.execute("SELECT @@lower_case_table_names")
+                lctn = int(cur.fetchone()[0])
+                if lctn:
+                    low = [t.name.lower() for t in tables]
+                    if len(set(low)) != len(low):
+                        raise ReplicationError(
+                            f"{location}: table names differ only in case and the server has "
+                            f"lower_case_table_names={lctn}")
+                account = ensure_reader_user(self.settings, cur, flavour)
+                cur.execute(f"DROP DATABASE IF EXISTS {db}")
+                cur.execute(f"CREATE DATABASE {db} CHARACTER SET utf8mb4")
+                conn.select_db(location)
+                referenced = self._referenced_columns(tables)
+                too_long: set[tuple[str, str]] = set()
+                for t in tables:
+                    keyed = self._key_columns(t) | {resolve_name(c, [x.name for x in t.columns])
+                                                    for c in referenced.get(t.name, ())}
+                    text_keys = {c.name for c in t.columns
+                                 if c.name in keyed and c.logical_type == "VARCHAR"}
+                    sizes = self._max_chars(t, text_keys, source, reader) if text_keys else {}
+                    cols = []
+                    for c in t.columns:
+                        c.target_type = typemap.target_type("mysql", c)
+                        if c.name in sizes:
+                            if sizes[c.name] <= KEY_TEXT_MAX_CHARS:
+                                c.target_type = f"VARCHAR({sizes[c.name]})"
+                            else:
+                                too_long.add((t.name, c.name))
+                        cols.append(f"{bq(c.name)} {c.target_type}")
+                    cur.execute(f"CREATE TABLE {bq(t.name)} ({', '.join(cols)}) ENGINE=InnoDB")
+                    self._load(cur, t, source, reader)
+                cur.execute("SET SESSION foreign_key_checks = 1")
+                for t in tables:
+                    self._constraints(cur, t, tables, too_long, dropped)
+                cur.execute(f"GRANT SELECT ON {db}.* TO {account}")
+        except pymysql.err.MySQLError as e:
+            raise ReplicationError(f"mysql copy {location}: {e}") from e
+        return dropped
+
+    def _load(self, cur, t: TableSpec, source, reader) -> None:
+        cols = ", ".join(bq(c.name) for c in t.columns)
+        marks = ", ".join(["%s"] * len(t.columns))
+        stmt = f"INSERT INTO {bq(t.name)} ({cols}) VALUES ({marks})"
+        for batch in reader.batches(source, t):
+            pycols = [c.to_pylist() for c in batch.columns]
+            rows = list(zip(*pycols))
+            for i in range(0, len(rows), INSERT_BATCH_ROWS):
+                cur.executemany(stmt, rows[i:i + INSERT_BATCH_ROWS])
+
+    def _try(self, cur, ddl: str, what: str, dropped: list[str]) -> bool:
+        import pymysql
+
+        try:
+            cur.execute(ddl)
+            return True
+        except pymysql.err.MySQLError as e:
+            dropped.append(f"{what}: {e.args[1] if len(e.args) > 1 else e} [{e.args[0]}]")
+            return False
+
+    def _constraints(self, cur, t: TableSpec, tables: list[TableSpec],
+                     too_long: set[tuple[str, str]], dropped: list[str]) -> None:
+        tq = bq(t.name)
+        long_cols = {c for (tn, c) in too_long if tn == t.name}
+        if t.primary_key:
+            what = f"PRIMARY KEY {t.name}({', '.join(t.primary_key)})"
+            if long_cols & set(t.primary_key):
+                dropped.append(f"{what}: text longer than {KEY_TEXT_MAX_CHARS} characters "
+                               f"cannot be indexed in MySQL")
+            else:
+                self._try(cur, f"ALTER TABLE {tq} ADD PRIMARY KEY "
+                               f"({', '.join(bq(c) for c in t.primary_key)})", what, dropped)
+        for c in t.columns:
+            if c.not_null and c.name not in t.primary_key:
+                self._try(cur, f"ALTER TABLE {tq} MODIFY {bq(c.name)} {c.target_type} NOT NULL",
+                          f"NOT NULL {t.name}.{c.name}", dropped)
+        by_name = {x.name: x for x in tables}
+        for fk in t.foreign_keys:
+            what = (f"FOREIGN KEY {t.name}({', '.join(fk.columns)}) REFERENCES "
+                    f"{fk.ref_table}({', '.join(fk.ref_columns)})")
+            parent_name = resolve_name(fk.ref_table, by_name)
+            if parent_name is None:
+                dropped.append(f"{what}: referenced table does not exist")
+                continue
+            parent = by_name[parent_name]
+            ref_cols = fk.ref_columns or parent.primary_key
+            pcols = [resolve_name(c, [x.name for x in parent.columns]) for c in ref_cols]
+            ccols = [resolve_name(c, [x.name for x in t.columns]) for c in fk.columns]
+            if not ref_cols or None in pcols or None in ccols or len(pcols) != len(ccols):
+                dropped.append(f"{what}: a referenced or referencing column does not exist")
+                continue
+            if long_cols & set(ccols) or {(parent_name, c) for c in pcols} & too_long:
+                dropped.append(f"{what}: text longer than {KEY_TEXT_MAX_CHARS} characters "
+                               f"cannot be indexed in MySQL")
+                continue
+            self._try(cur, f"ALTER TABLE {tq} ADD FOREIGN KEY ({', '.join(map(bq, ccols))}) "
+                           f"REFERENCES {bq(parent_name)} ({', '.join(map(bq, pcols))})",
+                      what, dropped)
+
+    # ------------------------------------------------------------------ verify
+    def checksums(self, location: str, tables: list[TableSpec]) -> dict[str, TableChecksum]:
+        """Certificate side B from PyMySQL's Python values of the copy."""
+        out = {}
+        with self._admin(location) as conn, conn.cursor() as cur:
+            for t in tables:
+                acc = ChecksumAccumulator(t)
+                cur.execute(f"SELECT {', '.join(bq(c.name) for c in t.columns)} FROM {bq(t.name)}")
+                acc.add_rows(cur.fetchall())
+                out[t.name] = acc.result()
+        return out
+
+    def fingerprint(self, location: str) -> str:
+        """``postgres.content_fingerprint`` of the database ("" when absent)."""
+        return mysql_fingerprint(self.settings, location)
+
+    def drop(self, location: str) -> None:
+        """``DROP DATABASE IF EXISTS``."""
+        with self._admin() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {bq(location)}")
+
+
+def mysql_fingerprint(settings: ServerSettings, database: str) -> str:
+    """Content fingerprint (schema + all rows) of a MySQL database, as admin; "" if absent."""
+    with my_engine.connect_raw(settings, admin=True) as conn, conn.cursor() as cur:
+        cur.execute("SELECT table_name, column_name, column_type FROM information_schema.columns "
+                    "WHERE table_schema = %s ORDER BY table_name, ordinal_position", (database,))
+        cols = [tuple(r) for r in cur.fetchall()]
+
+        def rows(t: str, cs: list[str]):
+            cur.execute(f"SELECT {', '.join(map(bq, cs))} FROM {bq(database)}.{bq(t)}")
+            return cur.fetchall()
+
+        return content_fingerprint(cols, rows)

@@ -1,0 +1,276 @@
+"""PostgreSQL target writer: an exact copy of a source database in one *schema*.
+
+Layout (see ``engines/postgres.py``): database ``ServerSettings.database`` (``polysql``,
+created when missing), one schema ``pq_<dataset>_<db_id>`` per copy. The engine sets
+``search_path`` to exactly that schema, so predictions use unqualified table names.
+
+Procedure (evaluation-notes.md section 3), in ONE transaction as the admin role (DDL is
+transactional in PostgreSQL, so a failure leaves nothing behind):
+
+1. ``DROP SCHEMA IF EXISTS ... CASCADE``; ``CREATE SCHEMA``; ``CREATE TABLE`` per table with
+   the exact source identifiers (always double-quoted) and the types of
+   ``typemap.TARGET_TYPES["postgres"]`` (BIGINT, DOUBLE PRECISION - never REAL/FLOAT4 -,
+   TEXT, BYTEA, NUMERIC(p,s), DATE, TIMESTAMP), no added columns.
+2. Bulk load with ``COPY ... FROM STDIN`` (psycopg ``Copy.write_row``; floats are sent as
+   their shortest round-trip text, so bit-exact).
+3. Constraints after loading, each under a SAVEPOINT so that one the data violates is dropped
+   *alone* and recorded with the server's reason: PRIMARY KEY, NOT NULL, then FOREIGN KEY
+   (referenced table/columns resolved case-insensitively, as SQLite resolves them).
+4. ``GRANT USAGE`` on the schema and ``SELECT`` on its tables to the reader role
+   (:func:`ensure_reader_role`), nothing else.
+
+Fingerprint (reuse check): :func:`content_fingerprint` - sha256 over the schema's tables,
+column names/types and an order-independent hash of every row, recomputed at each reuse, so
+a changed copy is rebuilt. Version: ``server_version`` (part of the reuse key).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from polysql_ray.datasets.example import SourceDatabase
+from polysql_ray.engines import postgres as pg_engine
+from polysql_ray.engines.servers import ServerSettings, replica_name
+from polysql_ray.replication import typemap
+from polysql_ray.replication.base import ReplicationError, TableChecksum, TableSpec
+from polysql_ray.replication.certificate import ChecksumAccumulator
+
+_MASK = (1 << 64) - 1
+
+#: Role attributes and defaults of the reader role (PostgreSQL docs: CREATE ROLE,
+#: ALTER ROLE ... SET). ``statement_timeout`` is a backstop; the engine sets its own per query.
+READER_ROLE_SETTINGS: dict[str, str] = {
+    "default_transaction_read_only": "on",
+    "statement_timeout": "300s",
+    "idle_in_transaction_session_timeout": "60s",
+}
+
+
+def qi(name: str) -> str:
+    """Double-quote a PostgreSQL identifier (inner quotes doubled)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def content_fingerprint(columns: list[tuple[str, str, str]],
+                        read_rows: Callable[[str, list[str]], Iterable[tuple]]) -> str:
+    """Engine-neutral fingerprint of a copy's schema and content.
+
+    Args:
+        columns: ``(table, column, type text)`` rows in table/ordinal order.
+        read_rows: ``(table, [column names]) -> iterable of row tuples``.
+
+    Returns: sha256 hex over the column list and, per table, the row count and the sum mod
+    2**64 of BLAKE2b-64 of ``repr(row)`` (order-independent). "" when there are no tables.
+    """
+    if not columns:
+        return ""
+    h = hashlib.sha256(json.dumps(columns).encode())
+    by_table: dict[str, list[str]] = {}
+    for t, c, _ in columns:
+        by_table.setdefault(t, []).append(c)
+    for t, cols in by_table.items():
+        n, s = 0, 0
+        for row in read_rows(t, cols):
+            n += 1
+            s += int.from_bytes(hashlib.blake2b(repr(tuple(row)).encode("utf-8", "surrogatepass"),
+                                                digest_size=8).digest(), "little")
+        h.update(f"|{t}|{n}|{s & _MASK:016x}".encode())
+    return h.hexdigest()
+
+
+def resolve_name(name: str, candidates: Iterable[str]) -> str | None:
+    """Exact match first, then the unique case-insensitive match (SQLite resolves FK targets
+    case-insensitively); None when absent or ambiguous."""
+    cands = list(candidates)
+    if name in cands:
+        return name
+    low = [c for c in cands if c.lower() == name.lower()]
+    return low[0] if len(low) == 1 else None
+
+
+def ensure_reader_role(settings: ServerSettings, conn) -> None:
+    """Create/refresh the least-privilege reader role (admin connection ``conn``, autocommit).
+
+    LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION, password from the reader secret
+    (none: trust/peer auth), role defaults :data:`READER_ROLE_SETTINGS`, ``CONNECT`` on the
+    replica database only (``PUBLIC`` loses CONNECT/TEMP there). Idempotent.
+    """
+    from psycopg import sql
+
+    role = settings.user
+    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone()
+    verb = "ALTER" if exists else "CREATE"
+    conn.execute(sql.SQL(verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
+                         "NOREPLICATION NOBYPASSRLS NOINHERIT").format(sql.Identifier(role)))
+    pw = settings.reader_password()
+    conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+        sql.Identifier(role), sql.Literal(pw) if pw is not None else sql.SQL("NULL")))
+    for k, v in READER_ROLE_SETTINGS.items():
+        conn.execute(sql.SQL("ALTER ROLE {} SET {} = {}").format(
+            sql.Identifier(role), sql.Identifier(k), sql.Literal(v)))
+    db = sql.Identifier(settings.database)
+    conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(db))
+    conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(db, sql.Identifier(role)))
+    conn.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+
+
+def ensure_database(settings: ServerSettings) -> None:
+    """Create the replica database ``settings.database`` when missing (admin role)."""
+    from psycopg import sql
+
+    with pg_engine.connect(settings, admin=True, dbname="postgres") as c:
+        if not c.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                         [settings.database]).fetchone():
+            c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(settings.database)))
+
+
+class PostgresWriter:
+    """:class:`~polysql_ray.replication.base.TargetWriter` for PostgreSQL (see module doc).
+
+    Args:
+        settings: :class:`ServerSettings` or config dict; default ``engines.postgres.DEFAULTS``.
+    """
+
+    engine = "postgres"
+
+    def __init__(self, settings: ServerSettings | dict | None = None) -> None:
+        if not isinstance(settings, ServerSettings):
+            settings = ServerSettings.from_dict(settings, **pg_engine.DEFAULTS)
+        self.settings = settings
+        self._ready = False
+
+    def __repr__(self) -> str:
+        return f"PostgresWriter({self.settings.admin_user}@{self.settings.host}:{self.settings.port})"
+
+    def _admin(self):
+        if not self._ready:
+            ensure_database(self.settings)
+            with pg_engine.connect(self.settings, admin=True) as c:
+                ensure_reader_role(self.settings, c)
+            self._ready = True
+        return pg_engine.connect(self.settings, admin=True)
+
+    def version(self) -> str:
+        """``server_version`` of the server (e.g. ``15.20 (Debian 15.20-0+deb12u1)``)."""
+        with pg_engine.connect(self.settings, admin=True, dbname="postgres") as c:
+            return "postgresql " + c.execute("SHOW server_version").fetchone()[0]
+
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path) -> str:
+        """Schema name ``pq_<dataset>_<db_id>``."""
+        return replica_name(dataset, db_id)
+
+    def write(self, location: str, tables: list[TableSpec], source: SourceDatabase,
+              reader) -> list[str]:
+        """Build the copy in one transaction; returns dropped-constraint sentences."""
+        import psycopg
+        from psycopg import sql
+
+        dropped: list[str] = []
+        s = qi(location)
+        try:
+            with self._admin() as conn:
+                with conn.transaction():
+                    conn.execute(f"DROP SCHEMA IF EXISTS {s} CASCADE")
+                    conn.execute(f"CREATE SCHEMA {s}")
+                    for t in tables:
+                        cols = []
+                        for c in t.columns:
+                            c.target_type = typemap.target_type("postgres", c)
+                            cols.append(f"{qi(c.name)} {c.target_type}")
+                        conn.execute(f"CREATE TABLE {s}.{qi(t.name)} ({', '.join(cols)})")
+                        self._load(conn, s, t, source, reader)
+                    for t in tables:
+                        self._constraints(conn, s, t, tables, dropped)
+                    role = sql.Identifier(self.settings.user)
+                    conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+                        sql.Identifier(location), role))
+                    conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(
+                        sql.Identifier(location), role))
+        except psycopg.Error as e:
+            raise ReplicationError(f"postgres copy {location}: {e}") from e
+        return dropped
+
+    def _load(self, conn, s: str, t: TableSpec, source, reader) -> None:
+        cols = ", ".join(qi(c.name) for c in t.columns)
+        with conn.cursor() as cur:
+            with cur.copy(f"COPY {s}.{qi(t.name)} ({cols}) FROM STDIN") as cp:
+                for batch in reader.batches(source, t):
+                    pycols = [c.to_pylist() for c in batch.columns]
+                    for row in zip(*pycols):
+                        cp.write_row(row)
+
+    def _try(self, conn, ddl: str, what: str, dropped: list[str]) -> bool:
+        import psycopg
+
+        try:
+            with conn.transaction():  # SAVEPOINT
+                conn.execute(ddl)
+            return True
+        except psycopg.Error as e:
+            dropped.append(f"{what}: {str(e).splitlines()[0]} [{e.sqlstate}]")
+            return False
+
+    def _constraints(self, conn, s: str, t: TableSpec, tables: list[TableSpec],
+                     dropped: list[str]) -> None:
+        tq = f"{s}.{qi(t.name)}"
+        if t.primary_key:
+            self._try(conn, f"ALTER TABLE {tq} ADD PRIMARY KEY "
+                            f"({', '.join(qi(c) for c in t.primary_key)})",
+                      f"PRIMARY KEY {t.name}({', '.join(t.primary_key)})", dropped)
+        for c in t.columns:
+            if c.not_null and c.name not in t.primary_key:
+                self._try(conn, f"ALTER TABLE {tq} ALTER COLUMN {qi(c.name)} SET NOT NULL",
+                          f"NOT NULL {t.name}.{c.name}", dropped)
+        by_name = {x.name: x for x in tables}
+        for fk in t.foreign_keys:
+            what = (f"FOREIGN KEY {t.name}({', '.join(fk.columns)}) REFERENCES "
+                    f"{fk.ref_table}({', '.join(fk.ref_columns)})")
+            parent_name = resolve_name(fk.ref_table, by_name)
+            if parent_name is None:
+                dropped.append(f"{what}: referenced table does not exist")
+                continue
+            parent = by_name[parent_name]
+            ref_cols = fk.ref_columns or parent.primary_key
+            pcols = [resolve_name(c, [x.name for x in parent.columns]) for c in ref_cols]
+            ccols = [resolve_name(c, [x.name for x in t.columns]) for c in fk.columns]
+            if not ref_cols or None in pcols or None in ccols or len(pcols) != len(ccols):
+                dropped.append(f"{what}: a referenced or referencing column does not exist")
+                continue
+            self._try(conn, f"ALTER TABLE {tq} ADD FOREIGN KEY ({', '.join(map(qi, ccols))}) "
+                            f"REFERENCES {s}.{qi(parent_name)} ({', '.join(map(qi, pcols))})",
+                      what, dropped)
+
+    def checksums(self, location: str, tables: list[TableSpec]) -> dict[str, TableChecksum]:
+        """Certificate side B from psycopg's Python values of the copy."""
+        out = {}
+        with self._admin() as conn:
+            for t in tables:
+                acc = ChecksumAccumulator(t)
+                cols = ", ".join(qi(c.name) for c in t.columns)
+                with conn.cursor() as cur:
+                    cur.execute(f"SELECT {cols} FROM {qi(location)}.{qi(t.name)}")
+                    while rows := cur.fetchmany(10_000):
+                        acc.add_rows(rows)
+                out[t.name] = acc.result()
+        return out
+
+    def fingerprint(self, location: str) -> str:
+        """:func:`content_fingerprint` of the schema ("" when absent)."""
+        with self._admin() as conn:
+            cols = [tuple(r) for r in conn.execute(
+                "SELECT table_name, column_name, data_type FROM information_schema.columns "
+                "WHERE table_schema = %s ORDER BY table_name, ordinal_position", [location])]
+
+            def rows(t: str, cs: list[str]):
+                cur = conn.cursor()
+                cur.execute(f"SELECT {', '.join(map(qi, cs))} FROM {qi(location)}.{qi(t)}")
+                return cur
+
+            return content_fingerprint(cols, rows)
+
+    def drop(self, location: str) -> None:
+        """``DROP SCHEMA ... CASCADE`` (no error when absent)."""
+        with self._admin() as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {qi(location)} CASCADE")

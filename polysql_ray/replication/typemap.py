@@ -1,0 +1,184 @@
+"""The explicit type map used by replication, as data (evaluation-notes.md section 3).
+
+Two steps:
+
+1. **Source -> logical type.** For SQLite the declared type only gives an *affinity*
+   (SQLite docs, "Datatypes In SQLite", section 3.1: the rules below, applied in order), and
+   the values really stored decide the rest: SQLite columns are dynamically typed, so a
+   column keeps its affinity's logical type only when every stored value fits it; otherwise
+   it is *widened* along ``BIGINT < DOUBLE < VARCHAR`` (BLOB values force BLOB) and the
+   reason is recorded in the manifest. Nothing is dropped or silently coerced.
+2. **Logical -> target type**, per target engine (:data:`TARGET_TYPES`).
+
+SQLite declared type -> affinity -> logical type (when the values fit):
+
+| declared type contains          | affinity | logical type (default, all-NULL column) | values seen -> logical |
+|---------------------------------|----------|------------------------------------------|------------------------|
+| ``INT``                         | INTEGER  | BIGINT                                   | int -> BIGINT; +real -> DOUBLE; +text -> VARCHAR |
+| ``CHAR``, ``CLOB``, ``TEXT``    | TEXT     | VARCHAR                                  | text -> VARCHAR (SQLite converts numbers to text on insert) |
+| ``BLOB`` or empty               | BLOB     | BLOB                                     | by values: int -> BIGINT, real -> DOUBLE, text -> VARCHAR, blob -> BLOB |
+| ``REAL``, ``FLOA``, ``DOUB``    | REAL     | DOUBLE (8 bytes, never REAL/FLOAT4)      | real -> DOUBLE; +text -> VARCHAR |
+| anything else (``NUMERIC``, ``DECIMAL(19,4)``, ``BOOL``, ``DATETIME``, ``DATE``) | NUMERIC | DOUBLE (``DATE``/``TIME`` in the name: VARCHAR) | by values: int -> BIGINT, +real -> DOUBLE, text -> VARCHAR |
+
+Decisions and why:
+
+* ``DECIMAL(p,s)``/``NUMERIC`` declared in SQLite hold 8-byte floats (Spider's
+  ``real_estate_properties`` prices: ``real`` and ``integer`` values) -> DOUBLE, exactly the
+  values SQLite computes with; a DECIMAL target would change arithmetic (AVG, division).
+* Dates/times stay as the source holds them: SQLite stores them as TEXT, so VARCHAR.
+* ``BOOL`` in SQLite holds integers 0/1 -> BIGINT (no BOOLEAN invented).
+* A column mixing ``integer`` and ``real`` becomes DOUBLE only when every integer is exactly
+  representable (|i| <= 2**53); otherwise VARCHAR.
+* Widened VARCHAR columns render numbers as Python's shortest round-trip text (``repr``:
+  ``3``, ``2.5``, ``0.30000000000000004``) which is exact (SQLite's own ``CAST(x AS TEXT)``
+  uses 15 significant digits, which is not). BLOB mixed with anything -> BLOB, other values
+  as the UTF-8 bytes of that same text.
+
+Logical type -> target type (:data:`TARGET_TYPES`):
+
+| logical   | duckdb    | postgres           | mysql        | clickhouse |
+|-----------|-----------|--------------------|--------------|------------|
+| BIGINT    | BIGINT    | BIGINT             | BIGINT       | Int64      |
+| DOUBLE    | DOUBLE    | DOUBLE PRECISION   | DOUBLE       | Float64    |
+| VARCHAR   | VARCHAR   | TEXT               | LONGTEXT     | String     |
+| BLOB      | BLOB      | BYTEA              | LONGBLOB     | String     |
+| DECIMAL   | DECIMAL   | NUMERIC            | DECIMAL      | Decimal    |
+| BOOLEAN   | BOOLEAN   | BOOLEAN            | BOOLEAN      | Bool       |
+| DATE      | DATE      | DATE               | DATE         | Date32     |
+| TIMESTAMP | TIMESTAMP | TIMESTAMP          | DATETIME(6)  | DateTime64(6) |
+
+The postgres/mysql/clickhouse rows are the starting point for those writers; their owners
+may refine them (e.g. MySQL key columns need VARCHAR(n)), bumping :data:`TYPE_MAP_VERSION`.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+#: Bump on any change to this module's tables or rules: it invalidates every copy.
+TYPE_MAP_VERSION = "1"
+
+#: SQLite affinity rules, in the order SQLite applies them (substring of the upper-cased
+#: declared type -> affinity). Empty declared type -> BLOB. No match -> NUMERIC.
+SQLITE_AFFINITY_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("INT",), "INTEGER"),
+    (("CHAR", "CLOB", "TEXT"), "TEXT"),
+    (("BLOB",), "BLOB"),
+    (("REAL", "FLOA", "DOUB"), "REAL"),
+)
+
+#: Affinity -> logical type used when the column holds no value that says otherwise.
+SQLITE_AFFINITY_DEFAULT: dict[str, str] = {
+    "INTEGER": "BIGINT",
+    "TEXT": "VARCHAR",
+    "BLOB": "BLOB",
+    "REAL": "DOUBLE",
+    "NUMERIC": "DOUBLE",
+}
+
+#: NUMERIC-affinity declared types whose name says "date/time": all-NULL default VARCHAR.
+SQLITE_TEXTUAL_NUMERIC_HINTS: tuple[str, ...] = ("DATE", "TIME", "YEAR")
+
+#: SQLite storage class (``typeof``) -> the logical type that holds it exactly.
+SQLITE_STORAGE_LOGICAL: dict[str, str] = {
+    "integer": "BIGINT",
+    "real": "DOUBLE",
+    "text": "VARCHAR",
+    "blob": "BLOB",
+}
+
+#: Widening lattice rank; the widest rank present wins. BLOB holds everything as bytes.
+WIDENING_RANK: dict[str, int] = {"BIGINT": 0, "DOUBLE": 1, "VARCHAR": 2, "BLOB": 3}
+
+#: Largest integer magnitude a DOUBLE holds exactly.
+MAX_EXACT_INT_IN_DOUBLE = 2 ** 53
+
+#: Logical type -> Arrow type of the batches between reader and writer.
+ARROW_TYPES: dict[str, pa.DataType] = {
+    "BIGINT": pa.int64(),
+    "DOUBLE": pa.float64(),
+    "VARCHAR": pa.string(),
+    "BLOB": pa.binary(),
+    "BOOLEAN": pa.bool_(),
+    "DATE": pa.date32(),
+    "TIMESTAMP": pa.timestamp("us"),
+}
+
+#: Logical type -> target type text, per target engine.
+TARGET_TYPES: dict[str, dict[str, str]] = {
+    "duckdb": {"BIGINT": "BIGINT", "DOUBLE": "DOUBLE", "VARCHAR": "VARCHAR", "BLOB": "BLOB",
+               "DECIMAL": "DECIMAL", "BOOLEAN": "BOOLEAN", "DATE": "DATE",
+               "TIMESTAMP": "TIMESTAMP"},
+    "postgres": {"BIGINT": "BIGINT", "DOUBLE": "DOUBLE PRECISION", "VARCHAR": "TEXT",
+                 "BLOB": "BYTEA", "DECIMAL": "NUMERIC", "BOOLEAN": "BOOLEAN", "DATE": "DATE",
+                 "TIMESTAMP": "TIMESTAMP"},
+    "mysql": {"BIGINT": "BIGINT", "DOUBLE": "DOUBLE", "VARCHAR": "LONGTEXT", "BLOB": "LONGBLOB",
+              "DECIMAL": "DECIMAL", "BOOLEAN": "BOOLEAN", "DATE": "DATE",
+              "TIMESTAMP": "DATETIME(6)"},
+    "clickhouse": {"BIGINT": "Int64", "DOUBLE": "Float64", "VARCHAR": "String", "BLOB": "String",
+                   "DECIMAL": "Decimal", "BOOLEAN": "Bool", "DATE": "Date32",
+                   "TIMESTAMP": "DateTime64(6)"},
+}
+
+
+def sqlite_affinity(declared_type: str) -> str:
+    """SQLite column affinity of a declared type (SQLite docs "Datatypes", section 3.1)."""
+    t = (declared_type or "").upper()
+    if not t.strip():
+        return "BLOB"
+    for needles, affinity in SQLITE_AFFINITY_RULES:
+        if any(n in t for n in needles):
+            return affinity
+    return "NUMERIC"
+
+
+def sqlite_default_logical(declared_type: str) -> str:
+    """Logical type of an SQLite column from its declared type alone (all-NULL columns)."""
+    aff = sqlite_affinity(declared_type)
+    if aff == "NUMERIC" and any(h in declared_type.upper() for h in SQLITE_TEXTUAL_NUMERIC_HINTS):
+        return "VARCHAR"
+    return SQLITE_AFFINITY_DEFAULT[aff]
+
+
+def sqlite_logical_type(declared_type: str, storage_classes: set[str],
+                        max_abs_int: int | None) -> tuple[str, str | None]:
+    """Choose an SQLite column's logical type from its declared type and stored values.
+
+    Args:
+        declared_type: declared type text ("" when none).
+        storage_classes: ``typeof`` values present, NULL excluded (subset of
+            integer/real/text/blob).
+        max_abs_int: largest |integer| stored (None when no integers).
+
+    Returns: ``(logical_type, widened)`` where ``widened`` is None when the declared type's
+    affinity holds every value, else a sentence for the manifest.
+    """
+    default = sqlite_default_logical(declared_type)
+    if not storage_classes:
+        return default, None
+    kinds = {SQLITE_STORAGE_LOGICAL[s] for s in storage_classes}
+    chosen = max(kinds, key=WIDENING_RANK.__getitem__)
+    if chosen == "DOUBLE" and "BIGINT" in kinds and max_abs_int is not None \
+            and max_abs_int > MAX_EXACT_INT_IN_DOUBLE:
+        chosen = "VARCHAR"
+    aff = sqlite_affinity(declared_type)
+    # Affinities whose logical type is decided by the values (no declared promise broken).
+    value_driven = aff in ("BLOB", "NUMERIC")
+    if value_driven or chosen == default:
+        return chosen, None
+    return chosen, (f"declared {declared_type or '(none)'} ({aff} affinity) but stores "
+                    f"{'/'.join(sorted(storage_classes))} values -> {chosen}")
+
+
+def arrow_type(column) -> pa.DataType:
+    """Arrow type for a ``ColumnSpec`` (DECIMAL uses its precision/scale)."""
+    if column.logical_type == "DECIMAL":
+        return pa.decimal128(column.precision or 38, column.scale or 0)
+    return ARROW_TYPES[column.logical_type]
+
+
+def target_type(engine: str, column) -> str:
+    """Target type text of a ``ColumnSpec`` in ``engine`` (KeyError if unmapped)."""
+    t = TARGET_TYPES[engine][column.logical_type]
+    if column.logical_type == "DECIMAL" and column.precision:
+        t = f"{t}({column.precision},{column.scale or 0})"
+    return t

@@ -1,0 +1,77 @@
+"""Leaderboard snapshot: statistics of a results store written as md, csv, json, html, PNG.
+
+Output folder contents:
+
+* ``leaderboard.md``, ``leaderboard.csv``, ``leaderboard.json``: byte-identical for the same
+  store and config (sorted, fixed float formatting, no timestamps);
+* ``index.html``: static sortable tables + the PNG figures (relative links, no network);
+* ``ex_by_dialect.png``, ``mcnemar_heatmap.png``, ``rank_bump.png``;
+* ``manifest.json``: store sha256, package versions, git SHA, policy versions, timestamp.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from polysql_ray.statistics.summary import Statistics, StatsConfig, compute_statistics
+
+from .figures import FIGURES, write_figures
+from .manifest import build_manifest, store_sha256
+from .render import render_csv, render_html, render_json, render_markdown
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A written snapshot.
+
+    Attributes:
+        stats: the computed statistics.
+        store_sha256: content hash of the store.
+        files: output name (``md``, ``csv``, ``json``, ``html``, ``manifest``, figure names)
+            -> path.
+    """
+
+    stats: Statistics
+    store_sha256: str
+    files: dict[str, Path]
+
+
+def write_snapshot(results_dir: str | Path, out_dir: str | Path,
+                   config: StatsConfig = StatsConfig(), figures: bool = True) -> Snapshot:
+    """Compute statistics of ``results_dir`` and write the snapshot into ``out_dir``.
+
+    Args:
+        results_dir: folder holding ``scores/**/*.parquet``.
+        out_dir: created if missing; existing snapshot files are overwritten.
+        config: statistics knobs (baseline dialect, alpha, CI method ...).
+        figures: also draw the PNG figures (and show them in the HTML page).
+
+    Raises:
+        FileNotFoundError: the store has no Parquet file.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    st = compute_statistics(results_dir, config)
+    digest = store_sha256(results_dir)
+    files: dict[str, Path] = {}
+    figs = list(FIGURES) if figures else []
+    if figures:
+        for p in write_figures(st, out):
+            files[p.name] = p
+    texts = {
+        "md": ("leaderboard.md", render_markdown(st, digest, [f for f, _ in figs])),
+        "csv": ("leaderboard.csv", render_csv(st)),
+        "json": ("leaderboard.json", render_json(st, digest)),
+        "html": ("index.html", render_html(st, digest, figs)),
+    }
+    for name, (fname, text) in texts.items():
+        p = out / fname
+        p.write_text(text, encoding="utf-8", newline="\n")
+        files[name] = p
+    manifest = build_manifest(results_dir, digest, list(st.load.policy_versions), files,
+                              extra=st.meta())
+    mp = out / "manifest.json"
+    mp.write_text(json.dumps(manifest, sort_keys=True, indent=1) + "\n", encoding="utf-8")
+    files["manifest"] = mp
+    return Snapshot(st, digest, files)

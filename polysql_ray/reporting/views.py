@@ -1,0 +1,273 @@
+"""Report views: the tables a leaderboard shows, as data (title, columns, rows).
+
+One :class:`View` feeds every renderer (Markdown, HTML, rich), so the formats cannot drift.
+Cell values stay raw (numbers, strings, None); :data:`FORMATS` say how a column kind prints.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from polysql_ray.statistics.summary import Statistics
+
+
+def _num(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and not (
+        isinstance(x, float) and math.isnan(x))
+
+
+def fmt_pct(x: object) -> str:
+    """A fraction as a percentage with one decimal (``0.8312 -> "83.1"``); ``-`` if missing."""
+    return f"{100 * x:.1f}" if _num(x) else "-"
+
+
+def fmt_ci(x: object) -> str:
+    """A ``(low, high)`` fraction pair as ``[80.2, 85.7]`` percent; ``-`` if missing."""
+    if isinstance(x, (tuple, list)) and len(x) == 2 and _num(x[0]) and _num(x[1]):
+        return f"[{100 * x[0]:.1f}, {100 * x[1]:.1f}]"
+    return "-"
+
+
+def fmt_p(x: object) -> str:
+    """A p-value with 3 significant digits (``<1e-10`` below that); ``-`` if missing."""
+    if not _num(x):
+        return "-"
+    return "<1e-10" if x < 1e-10 else f"{x:.3g}"
+
+
+def fmt_f3(x: object) -> str:
+    """A float with 3 decimals; ``-`` if missing."""
+    return f"{x:.3f}" if _num(x) else "-"
+
+
+def fmt_f1(x: object) -> str:
+    """A float with 1 decimal (e.g. percentage points); ``-`` if missing."""
+    return f"{x:+.1f}" if _num(x) else "-"
+
+
+def fmt_plain(x: object) -> str:
+    """Integers, booleans and strings as text; None as ``-``."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    return str(x)
+
+
+#: Column kind -> formatter.
+FORMATS: dict[str, Callable[[object], str]] = {
+    "pct": fmt_pct, "ci": fmt_ci, "p": fmt_p, "f3": fmt_f3, "pts": fmt_f1, "text": fmt_plain,
+    "int": fmt_plain,
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a view.
+
+    Attributes:
+        header: printed header.
+        key: row dict key.
+        kind: a key of :data:`FORMATS`.
+    """
+
+    header: str
+    key: str
+    kind: str = "text"
+
+    def format(self, row: dict) -> str:
+        """The formatted cell of ``row``."""
+        return FORMATS[self.kind](row.get(self.key))
+
+
+@dataclass(frozen=True)
+class View:
+    """A titled table.
+
+    Attributes:
+        slug: identifier (HTML id).
+        title: section heading.
+        note: one-sentence explanation printed under the heading.
+        columns: the columns.
+        rows: the row dicts, already in display order.
+    """
+
+    slug: str
+    title: str
+    note: str
+    columns: tuple[Column, ...]
+    rows: tuple[dict, ...]
+
+
+def dialect_order(st: Statistics) -> list[str]:
+    """Dialects easiest first (the difficulty hierarchy), baseline first when present."""
+    order = [r["dialect"] for r in st.hierarchy]
+    seen = {r["dialect"] for r in st.ex_dialect}
+    order += sorted(seen - set(order))
+    base = st.config.baseline
+    return ([base] if base in order else []) + [d for d in order if d != base]
+
+
+def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
+    """Wide leaderboard: one row per model, EX (pooled) per dialect, mean drop from baseline.
+
+    Args:
+        with_ci: add a 95% CI column per dialect (False gives a terminal-width table).
+    """
+    dialects = dialect_order(st)
+    by_model: dict[str, dict] = defaultdict(dict)
+    for r in st.ex_model_dialect:
+        by_model[r["model"]][r["dialect"]] = r
+    drops = defaultdict(list)
+    for d in st.drops_model:
+        if _num(d["drop_points"]):
+            drops[d["model"]].append(d["drop_points"])
+    rows = []
+    for model, cells in by_model.items():
+        row = {"model": model}
+        for d in dialects:
+            c = cells.get(d)
+            row[f"ex:{d}"] = c["ex"] if c else None
+            row[f"ci:{d}"] = (c["ex_lo"], c["ex_hi"]) if c else None
+        row["mean_drop"] = sum(drops[model]) / len(drops[model]) if drops[model] else None
+        vals = [row[f"ex:{d}"] for d in dialects if _num(row[f"ex:{d}"])]
+        row["mean_ex"] = sum(vals) / len(vals) if vals else None
+        rows.append(row)
+    base = st.config.baseline
+
+    def order(r: dict) -> tuple:
+        b = r.get(f"ex:{base}")
+        return (-(b if _num(b) else (r["mean_ex"] if _num(r["mean_ex"]) else -1.0)), r["model"])
+
+    rows.sort(key=order)
+    cols = [Column("Model", "model")]
+    for d in dialects:
+        cols.append(Column(f"{d} EX %" if with_ci else d, f"ex:{d}", "pct"))
+        if with_ci:
+            cols.append(Column(f"{d} 95% CI", f"ci:{d}", "ci"))
+    cols += [Column("Mean EX %", "mean_ex", "pct"),
+             Column(f"Mean drop vs {base} (pts)" if with_ci else "Drop (pts)", "mean_drop", "pts")]
+    return View("leaderboard", "Leaderboard: EX % (pooled over datasets and instruction levels)",
+                f"EX = correct / scored questions, gold errors excluded; sorted by {base} EX. "
+                f"Drop = {base} EX minus dialect EX, in percentage points.",
+                tuple(cols), tuple(rows))
+
+
+def cells_view(st: Statistics) -> View:
+    """Long table: one row per (model, dataset, instruction level, dialect)."""
+    drops = {(d["model"], d["dataset"], d["instruction_level"], d["dialect"]): d
+             for d in st.drops}
+    rows = []
+    for r in st.ex_cells:
+        d = drops.get((r["model"], r["dataset"], r["instruction_level"], r["dialect"]), {})
+        rows.append({**r, "ci": (r["ex_lo"], r["ex_hi"]),
+                     "ci_nt": (r["ex_no_timeout_lo"], r["ex_no_timeout_hi"]),
+                     "drop_points": d.get("drop_points"), "drop_relative": d.get("drop_relative")})
+    rows.sort(key=lambda r: (r["dataset"], r["instruction_level"], r["dialect"],
+                             -(r["ex"] if _num(r["ex"]) else -1.0), r["model"]))
+    cols = (Column("Dataset", "dataset"), Column("Level", "instruction_level"),
+            Column("Dialect", "dialect"), Column("Model", "model"), Column("n", "n", "int"),
+            Column("Correct", "correct", "int"), Column("EX %", "ex", "pct"),
+            Column("95% CI", "ci", "ci"), Column("Gold errors", "gold_errors", "int"),
+            Column("Unavailable", "unavailable", "int"), Column("Timeouts", "timeouts", "int"),
+            Column("EX % w/o timeouts", "ex_no_timeout", "pct"),
+            Column(f"Drop vs {st.config.baseline} (pts)", "drop_points", "pts"),
+            Column("Relative drop %", "drop_relative", "pct"))
+    return View("cells", "Execution accuracy per cell",
+                "n excludes gold errors (not the model's fault) and unavailable engines; "
+                "timeouts count as wrong in EX and are excluded in the last EX column.",
+                cols, tuple(rows))
+
+
+def hierarchy_view(st: Statistics) -> View:
+    """The dialect difficulty hierarchy."""
+    cols = (Column("Position", "position", "int"), Column("Dialect", "dialect"),
+            Column("Pooled EX %", "ex", "pct"), Column("n", "n", "int"),
+            Column("vs next", "next_dialect"), Column("Paired questions", "n_pairs", "int"),
+            Column("McNemar p", "p_value", "p"),
+            Column(f"p ({st.config.p_adjust or 'unadjusted'})", "p_adjusted", "p"),
+            Column("Significant gap", "significant"), Column("Tier", "tier", "int"))
+    return View("hierarchy", "Dialect difficulty hierarchy",
+                f"Dialects ordered by pooled EX; each adjacent pair tested with McNemar on "
+                f"paired questions (alpha {st.config.alpha}); a new tier starts after each "
+                f"significant gap.", cols, tuple(st.hierarchy))
+
+
+def _pair_cols(with_model: bool) -> tuple[Column, ...]:
+    cols = [Column("Model", "model")] if with_model else []
+    cols += [Column("Dialect A", "dialect_a"), Column("Dialect B", "dialect_b"),
+             Column("Pairs", "n_pairs", "int"), Column("Both right", "both", "int"),
+             Column("Only A", "a_only", "int"), Column("Only B", "b_only", "int"),
+             Column("Both wrong", "neither", "int"), Column("EX A %", "ex_a", "pct"),
+             Column("EX B %", "ex_b", "pct"), Column("Cohen kappa", "kappa", "f3"),
+             Column("McNemar p", "p_value", "p"), Column("Exact test", "exact")]
+    return tuple(cols)
+
+
+def pairwise_views(st: Statistics) -> list[View]:
+    """Pairwise agreement and McNemar tables, pooled and per model."""
+    note = ("Pairs = the same (model, dataset, level, question) on both dialects, both "
+            "without gold error. Exact binomial McNemar when fewer than 25 discordant pairs.")
+    return [View("pairwise", "Per-query agreement between dialects (pooled over models)",
+                 note, _pair_cols(False), tuple(st.pairwise_pooled)),
+            View("pairwise-model", "Per-query agreement between dialects, per model",
+                 note, _pair_cols(True), tuple(st.pairwise_model))]
+
+
+def drops_view(st: Statistics) -> View:
+    """Drop from the baseline per model and dialect (pooled)."""
+    cols = (Column("Model", "model"), Column("Dialect", "dialect"),
+            Column(f"{st.config.baseline} EX %", "ex_baseline", "pct"),
+            Column("EX %", "ex", "pct"), Column("Drop (pts)", "drop_points", "pts"),
+            Column("Relative drop %", "drop_relative", "pct"))
+    return View("drops", f"Drop from {st.config.baseline} per model (pooled)",
+                "Positive = lower EX than on the baseline dialect.", cols, tuple(st.drops_model))
+
+
+def rank_views(st: Statistics) -> list[View]:
+    """Model rank per dialect (pooled) and Kendall's tau against the baseline ranking."""
+    ranks = View("ranks", "Model rank per dialect (pooled)", "1 = best EX on that dialect.",
+                 (Column("Dialect", "dialect"), Column("Rank", "rank", "int"),
+                  Column("Model", "model"), Column("EX %", "ex", "pct")), tuple(st.ranks))
+    tau = View("rank-instability", f"Rank instability vs {st.config.baseline}",
+               "Kendall's tau-b between the models' EX on the dialect and on the baseline "
+               "(1 = same ranking); ALL = pooled.",
+               (Column("Dataset", "dataset"), Column("Level", "instruction_level"),
+                Column("Dialect", "dialect"), Column("Models", "n_models", "int"),
+                Column("Kendall tau", "tau", "f3"), Column("p", "p_value", "p")),
+               tuple(st.rank_instability))
+    return [ranks, tau]
+
+
+def taxonomy_view(st: Statistics) -> View:
+    """Rule-based error classes per dialect (share of failures), as a wide table."""
+    dialects = dialect_order(st)
+    table: dict[tuple[str, str], dict] = {}
+    for r in st.taxonomy_dialect:
+        row = table.setdefault((r["family"], r["error_class"]),
+                               {"family": r["family"], "error_class": r["error_class"]})
+        row[f"share:{r['dialect']}"] = r["share"]
+        row[f"count:{r['dialect']}"] = r["count"]
+    rows = [table[k] for k in sorted(table)]
+    cols = [Column("Family", "family"), Column("Error class", "error_class")]
+    for d in dialects:
+        cols.append(Column(f"{d} % of failures", f"share:{d}", "pct"))
+    return View("taxonomy", "Error taxonomy (rule-based, share of failures per dialect)",
+                "Classes from pred_status and the comparison reason; families: syntactic, "
+                "schema, execution, logical, generation.", tuple(cols), tuple(rows))
+
+
+def all_views(st: Statistics) -> list[View]:
+    """Every view, in report order."""
+    return [leaderboard_view(st), drops_view(st), hierarchy_view(st), *pairwise_views(st),
+            *rank_views(st), taxonomy_view(st), cells_view(st)]
+
+
+def cells_csv_columns() -> Sequence[str]:
+    """Columns of ``leaderboard.csv`` (one row per cell, raw numbers)."""
+    return ("model", "dataset", "instruction_level", "dialect", "n_total", "gold_errors",
+            "unavailable", "n", "correct", "ex", "ex_lo", "ex_hi", "timeouts", "inconclusive",
+            "n_no_timeout", "ex_no_timeout", "ex_no_timeout_lo", "ex_no_timeout_hi",
+            "drop_points", "drop_relative")

@@ -1,0 +1,157 @@
+"""Execution accuracy (EX) with confidence intervals, and the drop from the source dialect.
+
+EX of a cell = correct / n, where n counts the cell's questions minus the excluded ones
+(gold errors and unavailable engines, see :mod:`polysql_ray.statistics.load`). Timeouts stay
+in n (they are the prediction's fault under the sandbox limits) and are reported separately,
+together with an EX that excludes them (evaluation-notes.md section 4).
+
+Confidence intervals: Wilson score interval by default (``statsmodels.stats.proportion.
+proportion_confint(method="wilson")``), which behaves well near 0 and 1 and for small n;
+``"bootstrap"`` resamples questions (nonparametric bootstrap of a mean of n binary outcomes,
+which is exactly a Binomial(n, EX) draw per replicate; fixed seed, percentile interval).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import duckdb
+import numpy as np
+from statsmodels.stats.proportion import proportion_confint
+
+from .load import CELL, SCORES_TABLE
+
+#: CI methods accepted by :func:`proportion_ci` (``bootstrap`` plus statsmodels' methods).
+CI_METHODS = ("wilson", "bootstrap", "beta", "agresti_coull", "jeffreys", "normal")
+
+
+def proportion_ci(
+    k: int, n: int, alpha: float = 0.05, method: str = "wilson", n_boot: int = 10_000, seed: int = 0
+) -> tuple[float, float]:
+    """Two-sided (1 - alpha) confidence interval of a proportion k/n.
+
+    Args:
+        k: successes (correct predictions), 0 <= k <= n.
+        n: trials (questions in the EX denominator).
+        alpha: 1 - confidence level (0.05 gives a 95% CI).
+        method: ``wilson`` (default; Wilson 1927), ``bootstrap`` (percentile bootstrap over
+            questions, ``n_boot`` replicates, ``seed``), or another statsmodels
+            ``proportion_confint`` method (``beta`` = Clopper-Pearson ...).
+
+    Returns:
+        ``(low, high)`` as fractions in [0, 1]; ``(nan, nan)`` when n == 0.
+
+    Raises:
+        ValueError: unknown method or k outside [0, n].
+    """
+    if method not in CI_METHODS:
+        raise ValueError(f"unknown CI method {method!r}; expected one of {CI_METHODS}")
+    if n == 0:
+        return (math.nan, math.nan)
+    if not 0 <= k <= n:
+        raise ValueError(f"k={k} outside [0, n={n}]")
+    if method == "bootstrap":
+        draws = np.random.default_rng(seed).binomial(n, k / n, size=n_boot) / n
+        lo, hi = np.quantile(draws, [alpha / 2, 1 - alpha / 2])
+        return (float(lo), float(hi))
+    lo, hi = proportion_confint(k, n, alpha=alpha, method=method)
+    return (float(max(0.0, lo)), float(min(1.0, hi)))
+
+
+def _ratio(k: int, n: int) -> float:
+    return k / n if n else math.nan
+
+
+def ex_table(
+    con: duckdb.DuckDBPyConnection,
+    by: Sequence[str] = CELL,
+    alpha: float = 0.05,
+    ci_method: str = "wilson",
+) -> list[dict]:
+    """EX per group of the loaded ``scores`` table.
+
+    Args:
+        con: connection prepared by :func:`polysql_ray.statistics.load.load_scores`.
+        by: group columns; the default is one evaluation cell
+            ``(model, dataset, dialect, instruction_level)``; ``("model", "dialect")`` pools
+            datasets and instruction levels (micro-average over questions).
+        alpha, ci_method: see :func:`proportion_ci`.
+
+    Returns:
+        One dict per group, sorted by the group columns, with the group columns and:
+        ``n_total`` (rows), ``gold_errors``, ``unavailable`` (other excluded rows),
+        ``n`` (EX denominator), ``correct``, ``timeouts``, ``inconclusive``,
+        ``ex``, ``ex_lo``, ``ex_hi`` (fractions), ``n_no_timeout``, ``ex_no_timeout``,
+        ``ex_no_timeout_lo``, ``ex_no_timeout_hi``. EX is NaN when n == 0.
+    """
+    cols = ", ".join(by)
+    group = f"GROUP BY {cols} ORDER BY {cols}" if by else ""
+    select = f"{cols}, " if by else ""
+    rows = con.execute(
+        f"""
+        SELECT {select}
+            count(*) AS n_total,
+            count(*) FILTER (WHERE is_gold_error) AS gold_errors,
+            count(*) FILTER (WHERE excluded AND NOT is_gold_error) AS unavailable,
+            count(*) FILTER (WHERE NOT excluded) AS n,
+            count(*) FILTER (WHERE NOT excluded AND is_pass) AS correct,
+            count(*) FILTER (WHERE NOT excluded AND is_timeout) AS timeouts,
+            count(*) FILTER (WHERE NOT excluded AND verdict = 'inconclusive') AS inconclusive
+        FROM {SCORES_TABLE} {group}
+        """
+    ).fetchall()
+    names = [*by, "n_total", "gold_errors", "unavailable", "n", "correct", "timeouts", "inconclusive"]
+    out = []
+    for row in rows:
+        rec = dict(zip(names, row))
+        n, k = rec["n"], rec["correct"]
+        rec["ex"] = _ratio(k, n)
+        rec["ex_lo"], rec["ex_hi"] = proportion_ci(k, n, alpha, ci_method)
+        n2 = n - rec["timeouts"]
+        rec["n_no_timeout"] = n2
+        rec["ex_no_timeout"] = _ratio(k, n2)
+        rec["ex_no_timeout_lo"], rec["ex_no_timeout_hi"] = proportion_ci(k, n2, alpha, ci_method)
+        out.append(rec)
+    return out
+
+
+def drop_from_baseline(
+    ex_rows: Iterable[dict], baseline: str = "sqlite", within: Sequence[str] | None = None
+) -> list[dict]:
+    """EX drop of every dialect relative to the baseline (source) dialect.
+
+    The paper (PolySQL section 1) reports an average drop of 10.1% from SQLite.
+
+    Args:
+        ex_rows: output of :func:`ex_table`; must include a ``dialect`` column.
+        baseline: the reference dialect (the source engine's, usually ``sqlite``).
+        within: columns that must match between a row and its baseline row; default: every
+            group column of ``ex_rows`` other than ``dialect``.
+
+    Returns:
+        One dict per non-baseline row that has a baseline row, sorted by ``within`` then
+        dialect: the ``within`` columns, ``dialect``, ``ex_baseline``, ``ex``,
+        ``drop_points`` (baseline - dialect, in percentage points) and ``drop_relative``
+        (drop / baseline EX as a fraction; NaN when the baseline EX is 0).
+    """
+    rows = list(ex_rows)
+    if not rows:
+        return []
+    if within is None:
+        known = {"n_total", "gold_errors", "unavailable", "n", "correct", "timeouts", "inconclusive"}
+        within = [c for c in rows[0] if c != "dialect" and c not in known and not c.startswith("ex")
+                  and c != "n_no_timeout"]
+    key = lambda r: tuple(r[c] for c in within)  # noqa: E731
+    base = {key(r): r for r in rows if r["dialect"] == baseline}
+    out = []
+    for r in rows:
+        b = base.get(key(r))
+        if r["dialect"] == baseline or b is None:
+            continue
+        points = 100.0 * (b["ex"] - r["ex"])
+        rel = (b["ex"] - r["ex"]) / b["ex"] if b["ex"] else math.nan
+        out.append({**{c: r[c] for c in within}, "dialect": r["dialect"],
+                    "ex_baseline": b["ex"], "ex": r["ex"],
+                    "drop_points": points, "drop_relative": rel})
+    out.sort(key=lambda r: (*key(r), r["dialect"]))
+    return out

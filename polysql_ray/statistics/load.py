@@ -1,0 +1,169 @@
+"""Load the Parquet results store into DuckDB, deduplicated, with derived counting columns.
+
+The store is ``<results_dir>/scores/**/*.parquet`` with rows of
+:data:`polysql_ray.store.schema.SCORE_SCHEMA` (one row per scored prediction). Files are read
+with ``read_parquet([...], union_by_name=true)`` so files written by older schema versions
+(missing columns) still load.
+
+Deduplication. A rerun or a rescoring may store the same prediction twice. We keep, per
+*analysis key* ``(model, dataset, dialect, instruction_level, question_id)``, the row with
+the latest ``scored_at`` (ties broken by file name, then ``key``, descending, so the choice is
+deterministic). Since the store ``key`` is a function of the analysis key plus the generator
+and comparison-policy fingerprints, this also keeps the latest row per ``key``; and when one
+question was scored under two comparison policies, only the latest scoring counts (filter
+with ``policy_version=`` to pin one). All statistics need exactly one verdict per question
+per cell, which is why we deduplicate on the analysis key.
+
+Counting policy (:class:`CountingPolicy`): a gold error (``verdict == "gold_error"``) is not the
+model's fault, and neither is an unavailable target engine (``reason == "pred_unavailable"``):
+such rows are *excluded* from the EX denominator and reported separately. Timeouts count as
+incorrect in EX and are also reported separately, with an EX that excludes them
+(evaluation-notes.md section 4: "report EX with and without timeouts").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+#: Columns that identify one question inside one evaluation cell.
+ANALYSIS_KEY = ("model", "dataset", "dialect", "instruction_level", "question_id")
+#: Columns that identify one evaluation cell (one EX value).
+CELL = ("model", "dataset", "dialect", "instruction_level")
+#: Columns that pair the same question across dialects (kappa, McNemar).
+PAIR_KEY = ("model", "dataset", "instruction_level", "question_id")
+
+#: Name of the deduplicated temporary table created by :func:`load_scores`.
+SCORES_TABLE = "scores"
+
+
+@dataclass(frozen=True)
+class CountingPolicy:
+    """Which rows count in the EX denominator, and which rows are timeouts.
+
+    Attributes:
+        excluded_verdicts: verdicts removed from the denominator (not the model's fault).
+        excluded_reasons: reason codes removed from the denominator.
+        timeout_statuses: ``pred_status`` values that mean the prediction timed out.
+        timeout_reasons: ``reason`` values that mean the prediction timed out.
+        version: recorded with every snapshot.
+    """
+
+    excluded_verdicts: tuple[str, ...] = ("gold_error",)
+    excluded_reasons: tuple[str, ...] = ("pred_unavailable",)
+    timeout_statuses: tuple[str, ...] = ("timeout",)
+    timeout_reasons: tuple[str, ...] = ("pred_timeout",)
+    version: str = "counting-1"
+
+
+DEFAULT_COUNTING = CountingPolicy()
+
+
+def sql_list(values: tuple[str, ...] | list[str]) -> str:
+    """Render strings as a SQL literal list ``('a', 'b')`` with quotes escaped.
+
+    Used for constant policy data only (never for untrusted SQL). Empty input gives
+    ``(NULL)`` so ``x IN (NULL)`` is never true.
+    """
+    if not values:
+        return "(NULL)"
+    return "(" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in values) + ")"
+
+
+def store_files(results_dir: str | Path) -> list[Path]:
+    """Sorted Parquet files of the store under ``<results_dir>/scores`` (recursive).
+
+    Raises:
+        FileNotFoundError: no ``scores`` folder or no Parquet file in it.
+    """
+    root = Path(results_dir) / "scores"
+    files = sorted(p for p in root.rglob("*.parquet") if p.is_file()) if root.is_dir() else []
+    if not files:
+        raise FileNotFoundError(f"no score files under {root}/**/*.parquet")
+    return files
+
+
+@dataclass(frozen=True)
+class LoadSummary:
+    """What :func:`load_scores` read.
+
+    Attributes:
+        files: number of Parquet files.
+        rows_read: rows in all files (after the optional policy filter).
+        rows_kept: rows after deduplication (one per analysis key).
+        policy_versions: sorted distinct ``policy_version`` values among kept rows.
+    """
+
+    files: int
+    rows_read: int
+    rows_kept: int
+    policy_versions: tuple[str, ...]
+
+    @property
+    def duplicates_dropped(self) -> int:
+        """Rows superseded by a later scoring of the same analysis key."""
+        return self.rows_read - self.rows_kept
+
+
+def load_scores(
+    results_dir: str | Path,
+    con: duckdb.DuckDBPyConnection | None = None,
+    policy_version: str | None = None,
+    counting: CountingPolicy = DEFAULT_COUNTING,
+) -> tuple[duckdb.DuckDBPyConnection, LoadSummary]:
+    """Create the deduplicated temp table ``scores`` in a DuckDB connection.
+
+    Args:
+        results_dir: the results directory (the store lives in its ``scores/`` folder).
+        con: connection to use; a new in-memory one when None.
+        policy_version: keep only rows scored under this comparison policy version.
+        counting: the counting policy that defines the derived columns.
+
+    Returns:
+        ``(con, summary)``. Table ``scores`` has all store columns plus
+        ``excluded`` (bool: not in the EX denominator), ``is_pass`` (bool),
+        ``is_timeout`` (bool), ``is_gold_error`` (bool).
+
+    Raises:
+        FileNotFoundError: the store has no Parquet file.
+    """
+    files = store_files(results_dir)
+    con = con or duckdb.connect()
+    file_list = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
+    where = ""
+    if policy_version is not None:
+        where = "WHERE policy_version = " + sql_list([policy_version])[1:-1]
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE raw_scores AS "
+        f"SELECT * FROM read_parquet({file_list}, union_by_name=true, filename=true) {where}"
+    )
+    key = ", ".join(ANALYSIS_KEY)
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE {SCORES_TABLE} AS
+        SELECT * EXCLUDE (filename, _rn),
+            (verdict IN {sql_list(counting.excluded_verdicts)}
+             OR coalesce(reason, '') IN {sql_list(counting.excluded_reasons)}) AS excluded,
+            (verdict = 'pass') AS is_pass,
+            (verdict = 'gold_error') AS is_gold_error,
+            (coalesce(pred_status, '') IN {sql_list(counting.timeout_statuses)}
+             OR coalesce(reason, '') IN {sql_list(counting.timeout_reasons)}) AS is_timeout
+        FROM (
+            SELECT *, row_number() OVER (
+                PARTITION BY {key}
+                ORDER BY scored_at DESC NULLS LAST, filename DESC, key DESC) AS _rn
+            FROM raw_scores)
+        WHERE _rn = 1
+        """
+    )
+    rows_read = con.execute("SELECT count(*) FROM raw_scores").fetchone()[0]
+    rows_kept = con.execute(f"SELECT count(*) FROM {SCORES_TABLE}").fetchone()[0]
+    versions = tuple(
+        r[0]
+        for r in con.execute(
+            f"SELECT DISTINCT coalesce(policy_version, '') FROM {SCORES_TABLE} ORDER BY 1"
+        ).fetchall()
+    )
+    con.execute("DROP TABLE raw_scores")
+    return con, LoadSummary(len(files), rows_read, rows_kept, versions)

@@ -1,0 +1,82 @@
+"""Model ranks per dialect and rank instability (Kendall's tau against the baseline dialect).
+
+PolySQL (arXiv 2605.07796) finds that model rankings on SQLite differ markedly from rankings
+on other dialects. We rank models by EX within each scope and dialect, and measure agreement
+of each dialect's ranking with the baseline's by Kendall's tau-b (``scipy.stats.kendalltau``,
+which handles ties) over the models evaluated on both.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from scipy.stats import kendalltau, rankdata
+
+#: Scope value used for columns pooled over (e.g. ``dataset = "ALL"``).
+ALL = "ALL"
+
+
+def _scope(r: dict, scope: Sequence[str]) -> tuple:
+    return tuple(r.get(c, ALL) for c in scope)
+
+
+def model_ranks(ex_rows: Iterable[dict], scope: Sequence[str] = ()) -> list[dict]:
+    """Rank models by EX within each (scope, dialect); 1 = best, ties share the best rank.
+
+    Args:
+        ex_rows: :func:`polysql_ray.statistics.ex.ex_table` rows with ``model`` and ``dialect``.
+        scope: extra columns defining independent rankings (e.g. ``("dataset",)``).
+
+    Returns:
+        Dicts sorted by scope, dialect, rank, model: scope columns, ``dialect``, ``model``,
+        ``ex``, ``rank`` (int, ``method="min"``). Rows with n == 0 are skipped.
+    """
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in ex_rows:
+        if r["n"]:
+            groups[(*_scope(r, scope), r["dialect"])].append(r)
+    out = []
+    for g, rows in sorted(groups.items()):
+        ranks = rankdata([-r["ex"] for r in rows], method="min")
+        for r, k in zip(rows, ranks):
+            out.append({**dict(zip(scope, g[:-1])), "dialect": g[-1], "model": r["model"],
+                        "ex": r["ex"], "rank": int(k)})
+    out.sort(key=lambda r: (*_scope(r, scope), r["dialect"], r["rank"], r["model"]))
+    return out
+
+
+def rank_instability(
+    ex_rows: Iterable[dict], baseline: str = "sqlite", scope: Sequence[str] = ()
+) -> list[dict]:
+    """Kendall's tau between each dialect's model ranking and the baseline's.
+
+    Args:
+        ex_rows: :func:`polysql_ray.statistics.ex.ex_table` rows with ``model``, ``dialect``.
+        baseline: the reference dialect (usually ``sqlite``).
+        scope: columns within which rankings are compared (``()`` = pooled rows).
+
+    Returns:
+        Dicts sorted by scope then dialect, one per non-baseline dialect: scope columns,
+        ``dialect``, ``n_models`` (models with EX on both), ``tau`` (tau-b; NaN when fewer
+        than 2 models or a constant ranking), ``p_value``.
+    """
+    ex: dict[tuple, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for r in ex_rows:
+        if r["n"]:
+            ex[_scope(r, scope)][r["dialect"]][r["model"]] = r["ex"]
+    out = []
+    for s in sorted(ex):
+        base = ex[s].get(baseline, {})
+        for dialect in sorted(d for d in ex[s] if d != baseline):
+            models = sorted(set(base) & set(ex[s][dialect]))
+            tau = p = math.nan
+            if len(models) >= 2:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    res = kendalltau([base[m] for m in models], [ex[s][dialect][m] for m in models])
+                tau, p = float(res.statistic), float(res.pvalue)
+            out.append({**dict(zip(scope, s)), "dialect": dialect, "n_models": len(models),
+                        "tau": tau, "p_value": p})
+    return out

@@ -1,0 +1,114 @@
+"""All statistics of one results store in one call (what the leaderboard snapshot renders)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .agreement import difficulty_hierarchy, pairwise_dialects
+from .ex import drop_from_baseline, ex_table
+from .load import CELL, DEFAULT_COUNTING, CountingPolicy, LoadSummary, load_scores
+from .ranking import model_ranks, rank_instability
+from .taxonomy import error_taxonomy
+
+
+@dataclass(frozen=True)
+class StatsConfig:
+    """Knobs of :func:`compute_statistics`.
+
+    Attributes:
+        baseline: reference dialect for drops and rank instability (the source engine's).
+        alpha: significance level and 1 - CI level.
+        ci_method: ``wilson`` (default) or another :data:`polysql_ray.statistics.ex.CI_METHODS`.
+        p_adjust: multiple-testing correction for the hierarchy's adjacent tests, or None.
+        policy_version: keep only rows scored under this comparison policy version.
+    """
+
+    baseline: str = "sqlite"
+    alpha: float = 0.05
+    ci_method: str = "wilson"
+    p_adjust: str | None = "holm"
+    policy_version: str | None = None
+    counting: CountingPolicy = DEFAULT_COUNTING
+
+
+@dataclass
+class Statistics:
+    """Every table of one store; each table is a list of dicts sorted deterministically.
+
+    Attributes:
+        load: what was read (:class:`LoadSummary`).
+        config: the :class:`StatsConfig` used.
+        ex_cells: EX per (model, dataset, dialect, instruction_level) (:func:`ex_table`).
+        ex_model_dialect: EX per (model, dialect), pooled over datasets and levels.
+        ex_dialect: EX per dialect, pooled over everything.
+        drops: drop from the baseline per cell (:func:`drop_from_baseline`).
+        drops_model: drop from the baseline per (model, dialect), pooled.
+        pairwise_model: kappa / McNemar per model and dialect pair.
+        pairwise_pooled: kappa / McNemar per dialect pair, pooled over models.
+        hierarchy: dialect difficulty hierarchy (:func:`difficulty_hierarchy`).
+        ranks: model rank per dialect, pooled (:func:`model_ranks`).
+        rank_instability: Kendall's tau vs the baseline, pooled and per (dataset, level).
+        taxonomy_dialect: rule-based error classes per dialect.
+        taxonomy_model_dialect: rule-based error classes per (model, dialect).
+    """
+
+    load: LoadSummary
+    config: StatsConfig
+    ex_cells: list[dict] = field(default_factory=list)
+    ex_model_dialect: list[dict] = field(default_factory=list)
+    ex_dialect: list[dict] = field(default_factory=list)
+    drops: list[dict] = field(default_factory=list)
+    drops_model: list[dict] = field(default_factory=list)
+    pairwise_model: list[dict] = field(default_factory=list)
+    pairwise_pooled: list[dict] = field(default_factory=list)
+    hierarchy: list[dict] = field(default_factory=list)
+    ranks: list[dict] = field(default_factory=list)
+    rank_instability: list[dict] = field(default_factory=list)
+    taxonomy_dialect: list[dict] = field(default_factory=list)
+    taxonomy_model_dialect: list[dict] = field(default_factory=list)
+
+    def tables(self) -> dict[str, list[dict]]:
+        """The tables by name (everything except ``load`` and ``config``)."""
+        return {k: v for k, v in vars(self).items() if k not in ("load", "config")}
+
+    def meta(self) -> dict:
+        """``load`` and ``config`` as plain dicts."""
+        load = asdict(self.load)
+        load["policy_versions"] = list(load["policy_versions"])
+        load["duplicates_dropped"] = self.load.duplicates_dropped
+        cfg = asdict(self.config)
+        cfg["counting"] = {k: list(v) if isinstance(v, tuple) else v
+                           for k, v in cfg["counting"].items()}
+        return {"load": load, "config": cfg}
+
+
+def compute_statistics(results_dir: str | Path, config: StatsConfig = StatsConfig()) -> Statistics:
+    """Load the store (deduplicated) and compute every statistic.
+
+    Raises:
+        FileNotFoundError: no Parquet file under ``<results_dir>/scores``.
+    """
+    con, load = load_scores(results_dir, policy_version=config.policy_version,
+                            counting=config.counting)
+    try:
+        a, m = config.alpha, config.ci_method
+        scope = ("dataset", "instruction_level")  # pooled rows get "ALL" for both
+        st = Statistics(load=load, config=config)
+        st.ex_cells = ex_table(con, CELL, a, m)
+        st.ex_model_dialect = ex_table(con, ("model", "dialect"), a, m)
+        st.ex_dialect = ex_table(con, ("dialect",), a, m)
+        st.drops = drop_from_baseline(st.ex_cells, config.baseline)
+        st.drops_model = drop_from_baseline(st.ex_model_dialect, config.baseline)
+        st.pairwise_model = pairwise_dialects(con, ("model",))
+        st.pairwise_pooled = pairwise_dialects(con, ())
+        st.hierarchy = difficulty_hierarchy(st.ex_dialect, st.pairwise_pooled, a, config.p_adjust)
+        st.ranks = model_ranks(st.ex_model_dialect)
+        st.rank_instability = (
+            rank_instability(st.ex_model_dialect, config.baseline, scope)
+            + rank_instability(st.ex_cells, config.baseline, scope)
+        )
+        st.taxonomy_dialect = error_taxonomy(con, ("dialect",))
+        st.taxonomy_model_dialect = error_taxonomy(con, ("model", "dialect"))
+        return st
+    finally:
+        con.close()

@@ -1,0 +1,163 @@
+"""The keyed, append-only Parquet store of model generations (issue 4, item 3).
+
+Layout under ``results_dir``::
+
+    generations/<model>/part-<utc>-<uuid8>.parquet
+
+One row per generated prediction (:data:`GENERATION_SCHEMA`). The key is
+``stable_hash(generator fingerprint, prompt sha256)`` (:func:`generation_key`): the fingerprint
+covers model id, revision, sampling parameters, seed and prompt template version
+(:func:`polysql_ray.generation.prompts.generator_fingerprint`); the prompt sha256 covers the
+rendered messages (:attr:`polysql_ray.generation.prompts.RenderedPrompt.sha256`). The same
+prompt sent to the same generator is therefore generated once, whatever dataset, cell or
+comparison policy asks for it.
+
+Files are only ever added (write to a temporary name, then rename, as
+:class:`polysql_ray.store.parquet.ResultsStore`): a crash loses at most the part being written.
+Read everything with DuckDB:
+``SELECT * FROM read_parquet('<results_dir>/generations/**/*.parquet')``.
+Replay and gold generators never use this store (their predictions are files already).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import uuid
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from polysql_ray.generation.base import GenStatus, Prediction
+from polysql_ray.store.parquet import _safe, stable_hash
+
+#: Row schema of the generations store.
+GENERATION_SCHEMA = pa.schema([
+    pa.field("key", pa.string(), nullable=False),            # generation_key(fingerprint, prompt_sha256)
+    pa.field("generator_fingerprint", pa.string()),
+    pa.field("model", pa.string()),
+    pa.field("dataset", pa.string()),
+    pa.field("dialect", pa.string()),
+    pa.field("instruction_level", pa.string()),
+    pa.field("question_id", pa.string()),                    # the question that first asked for it
+    pa.field("prompt_sha256", pa.string()),
+    pa.field("raw_output", pa.string()),
+    pa.field("pred_sql", pa.string()),
+    pa.field("status", pa.string()),                         # GenStatus value
+    pa.field("error", pa.string()),
+    pa.field("prompt_tokens", pa.int64()),
+    pa.field("completion_tokens", pa.int64()),
+    pa.field("latency_s", pa.float64()),                     # wall seconds (amortised per batch for hf/vllm)
+    pa.field("created_at", pa.timestamp("us", tz="UTC")),
+])
+
+#: Statuses a lookup treats as "not generated yet": a rerun retries them (a dead server,
+#: a timeout). Their rows stay in the store for auditing.
+RETRY_STATUSES: frozenset[GenStatus] = frozenset({GenStatus.ERROR})
+
+
+def generation_key(generator_fingerprint: str, prompt_sha256: str) -> str:
+    """Key of one generation: ``stable_hash("gen-v1", generator_fingerprint, prompt_sha256)``
+    (32 hex characters)."""
+    return stable_hash("gen-v1", generator_fingerprint, prompt_sha256)
+
+
+class GenerationsStore:
+    """Append-only Parquet store of generations, one folder per model.
+
+    Args:
+        results_dir: the run's results folder; generations go to ``<results_dir>/generations``
+            (created when missing).
+
+    Errors: ``OSError`` when the folder cannot be created or written (message names the path).
+    """
+
+    def __init__(self, results_dir: str | os.PathLike) -> None:
+        self.root = Path(results_dir).expanduser().resolve()
+        self.dir = self.root / "generations"
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OSError(f"cannot create generations folder {self.dir}: {exc}; "
+                          "set results_dir=<writable folder>") from exc
+
+    def model_dir(self, model: str) -> Path:
+        """``<results_dir>/generations/<model>`` (model name made filesystem-safe)."""
+        return self.dir / _safe(model)
+
+    def files(self, model: str | None = None) -> list[Path]:
+        """Part files of one model (or of all models), sorted by path."""
+        base = self.dir if model is None else self.model_dir(model)
+        return sorted(base.rglob("*.parquet")) if base.exists() else []
+
+    def read(self, model: str | None = None, keys: Iterable[str] | None = None) -> pa.Table:
+        """Stored rows in write order (oldest first), optionally restricted to keys."""
+        files = self.files(model)
+        if not files:
+            return GENERATION_SCHEMA.empty_table()
+        ds = pads.dataset([str(f) for f in files], format="parquet", schema=GENERATION_SCHEMA)
+        flt = pads.field("key").isin(list(set(keys))) if keys is not None else None
+        return ds.to_table(filter=flt)
+
+    def count(self, model: str | None = None) -> int:
+        """Number of stored rows (every attempt, retried errors included)."""
+        files = self.files(model)
+        return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+    def lookup(self, model: str, keys: Iterable[str]) -> dict[str, Prediction]:
+        """Stored generations by key: ``{key: Prediction}`` for the keys found.
+
+        The newest usable row per key wins; rows whose status is in :data:`RETRY_STATUSES`
+        count as missing. The returned Prediction's ``question_id`` is the one stored (the
+        caller re-labels it for the asking example).
+        """
+        keys = list(set(keys))
+        if not keys:
+            return {}
+        table = self.read(model, keys)
+        retry = {s.value for s in RETRY_STATUSES}
+        found: dict[str, Prediction] = {}
+        for row in table.to_pylist():  # oldest first: later rows overwrite earlier ones
+            if row["status"] in retry:
+                continue
+            found[row["key"]] = Prediction(
+                question_id=row["question_id"], pred_sql=row["pred_sql"] or "",
+                status=GenStatus(row["status"]), raw_output=row["raw_output"] or "",
+                error=row["error"], prompt_tokens=int(row["prompt_tokens"] or 0),
+                completion_tokens=int(row["completion_tokens"] or 0),
+                latency_s=float(row["latency_s"] or 0.0), prompt_sha256=row["prompt_sha256"] or "")
+        return found
+
+    def append(self, model: str, generator_fingerprint: str, dataset: str, dialect: str,
+               instruction_level: str, predictions: Sequence[Prediction]) -> Path | None:
+        """Write one part file with a row per prediction (each must carry ``prompt_sha256``).
+
+        Returns the part's path (None when ``predictions`` is empty).
+
+        Raises:
+            ValueError: a prediction has no ``prompt_sha256`` (it could never be looked up).
+        """
+        if not predictions:
+            return None
+        missing = [p.question_id for p in predictions if not p.prompt_sha256]
+        if missing:
+            raise ValueError(f"predictions without prompt_sha256 cannot be stored: question_ids {missing[:5]}")
+        now = dt.datetime.now(dt.timezone.utc)
+        rows = [{
+            "key": generation_key(generator_fingerprint, p.prompt_sha256),
+            "generator_fingerprint": generator_fingerprint, "model": model, "dataset": dataset,
+            "dialect": dialect, "instruction_level": instruction_level, "question_id": p.question_id,
+            "prompt_sha256": p.prompt_sha256, "raw_output": p.raw_output, "pred_sql": p.pred_sql,
+            "status": GenStatus(p.status).value, "error": p.error, "prompt_tokens": int(p.prompt_tokens),
+            "completion_tokens": int(p.completion_tokens), "latency_s": float(p.latency_s),
+            "created_at": now,
+        } for p in predictions]
+        folder = self.model_dir(model)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"part-{now.strftime('%Y%m%dT%H%M%S%f')}-{uuid.uuid4().hex[:8]}.parquet"
+        tmp = path.with_suffix(".tmp")
+        pq.write_table(pa.Table.from_pylist(rows, schema=GENERATION_SCHEMA), tmp, compression="zstd")
+        os.replace(tmp, path)
+        return path

@@ -1,0 +1,277 @@
+"""Structural equivalence (ast.py) and composed checks (equivalence.py) on real SQLite files."""
+from __future__ import annotations
+
+import doctest
+import sqlite3
+
+import pytest
+
+from polysql_ray.comparison import equivalence as eq
+from polysql_ray.comparison.ast import AstEquivalence
+from polysql_ray.comparison.equivalence import (AstCheck, Case, FirstDecisive, Judge,
+                                                ResultSetEquivalence, judged_equivalence,
+                                                observed_equivalence, parse_judgement, score_sql)
+from polysql_ray.engines.base import Limits
+
+AST = AstEquivalence()
+
+TEXTBOOK = [
+    ("SELECT amount + 1 FROM orders", "SELECT 1 + amount FROM orders"),
+    ("SELECT id FROM orders WHERE id IN (1, 2)", "SELECT id FROM orders WHERE id IN (2, 1)"),
+    ("SELECT id FROM orders WHERE id > 1 AND amount < 30",
+     "SELECT id FROM orders WHERE amount < 30 AND id > 1"),
+    ("SELECT id FROM orders WHERE id > 1", "SELECT id FROM orders WHERE 1 < id"),
+    ("SELECT Amount FROM Orders WHERE ID = 2", "select amount from orders where id = 2"),
+]
+
+
+class CountingEngine:
+    """A real SQLite engine that counts its executions (not a mock: it delegates)."""
+
+    name = "sqlite"
+    dialect = "sqlite"
+
+    def __init__(self):
+        self.inner = eq.load_engine("sqlite")
+        self.calls = 0
+
+    def execute(self, location, sql, limits):
+        self.calls += 1
+        return self.inner.execute(location, sql, limits)
+
+    def close(self):
+        self.inner.close()
+
+
+@pytest.fixture()
+def db(tmp_path):
+    path = tmp_path / "shop.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, amount INTEGER, note TEXT)")
+    con.executemany("INSERT INTO orders VALUES (?, ?, ?)", [(1, 10, "a"), (2, 20, None), (3, None, "c")])
+    con.commit()
+    con.close()
+    return str(path)
+
+
+@pytest.mark.parametrize("gold,pred", TEXTBOOK)
+def test_textbook_pairs_proven_without_execution(gold, pred, tmp_path):
+    missing = str(tmp_path / "does_not_exist.sqlite")
+    r = score_sql(gold, pred, database=missing)
+    assert (r.verdict, r.basis) == ("pass", "proven")
+    assert [t["check"] for t in r.trail] == ["ast"]
+
+
+@pytest.mark.parametrize("gold,pred", TEXTBOOK)
+def test_textbook_pairs_count_zero_executions(gold, pred, db):
+    engine = CountingEngine()
+    r = observed_equivalence(engines={"sqlite": engine}).check(
+        Case(gold, pred, gold_location=db, pred_location=db))
+    assert r.passed and r.basis == "proven"
+    assert engine.calls == 0
+    # the same pair really agrees on execution
+    r2 = ResultSetEquivalence(engines={"sqlite": engine}).check(Case(gold, pred, gold_location=db))
+    assert r2.verdict == "pass" and engine.calls == 2
+
+
+def test_cte_wrapped_unknown_structurally_passes_by_execution(db):
+    gold = "SELECT id FROM orders WHERE amount > 5"
+    pred = "WITH big AS (SELECT id, amount FROM orders WHERE amount > 5) SELECT id FROM big"
+    assert AST.check(gold, "sqlite", pred, "sqlite").decision == "unknown"
+    r = score_sql(gold, pred, database=db)
+    assert (r.verdict, r.basis) == ("pass", "observed")
+    assert [(t["check"], t["verdict"]) for t in r.trail] == [("ast", "inconclusive"),
+                                                           ("result_set", "pass")]
+
+
+def test_wrong_filter_fails_with_diff(db):
+    r = score_sql("SELECT id FROM orders WHERE id <> 2", "SELECT id FROM orders WHERE id = 2",
+                  database=db)
+    assert (r.verdict, r.basis) == ("fail", "observed")
+    assert r.diff["missing_rows"] == 2 and r.diff["extra_rows"] == 1
+    assert sorted(r.diff["missing_sample"]) == [(1,), (3,)] and r.diff["extra_sample"] == [(2,)]
+    assert r.diff["gold_columns"] == r.diff["pred_columns"] == 1
+
+
+def test_current_timestamp_inconclusive(db):
+    sql = "SELECT current_timestamp FROM orders"
+    assert AST.check(sql, "sqlite", sql, "sqlite").reason.startswith("nondeterministic")
+    r = score_sql(sql, sql, database=db)
+    assert r.verdict == "inconclusive"
+    assert "nondeterministic" in r.explanation
+
+
+@pytest.mark.parametrize("sql", ["SELECT id FROM orders LIMIT 2", "SELECT random()",
+                                 "SELECT id FROM orders ORDER BY amount LIMIT 1",
+                                 "SELECT group_concat(note) FROM orders"])
+def test_nondeterministic_never_proven(sql):
+    r = AST.check(sql, "sqlite", sql, "sqlite")
+    assert r.decision == "unknown" and "nondeterministic" in r.reason
+
+
+def test_p_and_not_p_is_not_false(db):
+    gold, pred = "SELECT id FROM orders WHERE amount > 15 AND NOT amount > 15", \
+        "SELECT id FROM orders WHERE FALSE"
+    assert AST.check(gold, "sqlite", pred, "sqlite").decision == "unknown"
+    # and the select-list version really differs when amount is NULL
+    r = score_sql("SELECT (amount > 15 AND NOT amount > 15) FROM orders", "SELECT FALSE FROM orders",
+                  database=db)
+    assert r.verdict == "fail" and r.basis == "observed"
+
+
+def test_alias_renaming_and_output_names():
+    g = "SELECT T1.note AS n FROM orders AS T1 JOIN orders AS T2 ON T1.id = T2.amount"
+    p = "select a.note from orders a inner join orders b on a.id = b.amount"
+    assert AST.check(g, "sqlite", p, "sqlite").equivalent
+    # swapping which alias is used where is a different query
+    p2 = "select b.note from orders a inner join orders b on a.id = b.amount"
+    assert not AST.check(g, "sqlite", p2, "sqlite").equivalent
+
+
+def test_unsound_rewrites_not_proven():
+    pairs = [
+        ("SELECT a + b + c FROM t", "SELECT a + (b + c) FROM t"),        # float re-association
+        ("SELECT a - b FROM t", "SELECT b - a FROM t"),
+        ("SELECT x FROM t WHERE c = \"France\"", "SELECT x FROM t WHERE c = \"france\""),  # may be strings
+        ("SELECT x FROM t WHERE a.x = b.y", "SELECT x FROM t WHERE b.y = a.x"),  # sqlite collation
+        ("SELECT x FROM t WHERE a ^ a", "SELECT x FROM t WHERE a"),
+        ("SELECT 7 / 2", "SELECT 2 / 7"),
+    ]
+    for g, p in pairs:
+        assert AST.check(g, "sqlite", p, "sqlite").decision == "unknown", (g, p)
+
+
+def test_postgres_identifier_rules():
+    assert AST.check("SELECT Name FROM T", "postgres", 'SELECT "name" FROM "t"', "postgres").equivalent
+    assert not AST.check('SELECT "Name" FROM t', "postgres", "SELECT name FROM t", "postgres").equivalent
+
+
+# ---------------------------------------------------------------- cross-dialect allowlist
+
+SCHEMA = {"orders": {"id": "INTEGER", "amount": "INTEGER", "note": "TEXT"}}
+
+
+@pytest.mark.parametrize("gold,pred,pred_dialect", [
+    ("SELECT id FROM orders WHERE amount = 10 AND note IS NULL",
+     "SELECT id FROM orders WHERE note IS NULL AND amount = 10", "postgres"),
+    ("SELECT count(*) FROM orders WHERE id IN (1, 2)", "SELECT COUNT(*) FROM orders WHERE id IN (2, 1)",
+     "duckdb"),
+    ("SELECT id FROM orders WHERE amount > 1", "SELECT id FROM orders WHERE 1 < amount", "postgres"),
+    ("SELECT note FROM orders WHERE note < 'b'", "SELECT note FROM orders WHERE 'b' > note", "duckdb"),
+])
+def test_cross_dialect_inside_allowlist(gold, pred, pred_dialect):
+    assert AST.check(gold, "sqlite", pred, pred_dialect, schema=SCHEMA).equivalent
+
+
+@pytest.mark.parametrize("gold,pred,pred_dialect", [
+    ("SELECT amount / 3 FROM orders", "SELECT amount / 3 FROM orders", "postgres"),   # int division
+    ("SELECT id FROM orders WHERE note LIKE 'A%'", "SELECT id FROM orders WHERE note LIKE 'A%'", "duckdb"),
+    ("SELECT note FROM orders ORDER BY id", "SELECT note FROM orders ORDER BY id", "duckdb"),  # NULLs
+    ("SELECT note FROM orders WHERE note < 'b'", "SELECT note FROM orders WHERE note < 'b'", "postgres"),
+    ("SELECT id FROM orders WHERE note = 1", "SELECT id FROM orders WHERE note = 1", "postgres"),  # cast
+    ("SELECT id FROM orders WHERE id = 1", "SELECT id FROM orders WHERE id = 1", "mysql"),
+    ("SELECT amount + 1 FROM orders", "SELECT amount + 1 FROM orders", "duckdb"),
+    ("SELECT upper(note) FROM orders", "SELECT upper(note) FROM orders", "duckdb"),
+])
+def test_cross_dialect_outside_allowlist(gold, pred, pred_dialect):
+    r = AST.check(gold, "sqlite", pred, pred_dialect, schema=SCHEMA)
+    assert r.decision == "unknown", r
+    # the same text in the same dialect is proven: the refusal is about the dialect pair
+    assert AST.check(gold, "sqlite", gold, "sqlite").equivalent
+
+
+def test_cross_dialect_postgres_needs_exact_schema_names():
+    schema = {"Orders": {"Id": "INTEGER"}}
+    g = "SELECT id FROM orders WHERE id = 1"
+    assert not AST.check(g, "sqlite", g, "postgres", schema=schema).equivalent  # PG: no "orders"
+    assert AST.check(g, "sqlite", 'SELECT "Id" FROM "Orders" WHERE "Id" = 1', "postgres",
+                     schema=schema).equivalent
+    assert AST.check(g, "sqlite", g, "postgres").reason == "schema_needed_for_identifiers"
+
+
+def test_cross_dialect_end_to_end_duckdb_proof_reads_sqlite_schema(db):
+    case = Case("SELECT id FROM orders WHERE amount = 10", "SELECT id FROM orders WHERE 10 = amount",
+                gold_dialect="sqlite", pred_dialect="duckdb", gold_engine="sqlite",
+                pred_engine="duckdb", gold_location=db, pred_location="/nonexistent.duckdb")
+    r = AstCheck().check(case)
+    assert (r.verdict, r.basis) == ("pass", "proven")
+
+
+# ---------------------------------------------------------------- composition and judge
+
+def test_first_decisive_trail_and_judge(db):
+    prompts = []
+
+    def judge(prompt):
+        prompts.append(prompt)
+        return "The predicted query drops NULL rows.\n**Verdict:** FAIL"
+
+    r = judged_equivalence(judge).check(Case("SELECT id FROM orders", "SELECT id FROM orders WHERE amount > 0",
+                                             gold_location=db, question="All order ids?"))
+    assert (r.verdict, r.basis) == ("fail", "judged")
+    assert [t["check"] for t in r.trail] == ["ast", "judge"]
+    assert "All order ids?" in prompts[0] and "orders" in prompts[0] and "3 rows" in prompts[0]
+    # proven pairs never reach the judge
+    r2 = judged_equivalence(judge).check(Case(*TEXTBOOK[0], gold_location=db))
+    assert r2.basis == "proven" and len(prompts) == 1
+
+
+def test_first_decisive_returns_last_when_nothing_decides():
+    class Undecided:
+        name = "undecided"
+
+        def check(self, case):
+            return eq.EquivalenceResult("inconclusive", "judged", "no idea")
+
+    r = FirstDecisive([AstCheck(), Undecided()]).check(Case("SELECT random()", "SELECT 1"))
+    assert r.verdict == "inconclusive" and r.explanation == "no idea"
+    assert [t["check"] for t in r.trail] == ["ast", "undecided"]
+    with pytest.raises(ValueError):
+        FirstDecisive([])
+
+
+@pytest.mark.parametrize("answer,expected", [
+    ("VERDICT: PASS", "pass"), ("verdict: fail", "fail"), ("PASS", "pass"),
+    ("It could PASS at first sight, but the final answer: FAIL", "fail"),
+    ("Verdict - **PASS**\nnot FAIL", "pass"), ("It does not pass.", "fail"), ("yes", "pass"),
+    ("I am not sure.", None), ("", None),
+])
+def test_parse_judgement(answer, expected):
+    assert parse_judgement(answer) == expected
+
+
+def test_judge_error_is_inconclusive(db):
+    def broken(prompt):
+        raise RuntimeError("backend down")
+
+    r = Judge(broken, samples=False).check(Case("SELECT 1", "SELECT 2", gold_location=db))
+    assert r.verdict == "inconclusive" and "backend down" in r.explanation
+
+
+def test_gold_failure_inconclusive_pred_failure_fails(db):
+    r = ResultSetEquivalence().check(Case("SELECT nope FROM orders", "SELECT id FROM orders", gold_location=db))
+    assert r.verdict == "inconclusive" and r.explanation.startswith("gold_")
+    r = ResultSetEquivalence(limits=Limits(timeout_s=5)).check(
+        Case("SELECT id FROM orders", "SELECT nope FROM orders", gold_location=db))
+    assert r.verdict == "fail" and r.explanation.startswith("pred_")
+
+
+def test_module_doctest():
+    failures, tried = doctest.testmod(eq, verbose=False)
+    assert tried >= 5 and failures == 0
+
+
+def test_cross_dialect_ungrouped_column_is_not_proven():
+    """SQLite accepts a bare column outside GROUP BY; DuckDB rejects the same text. Found by the
+    quickstart sweep (school_08): identical SQL must not be proven across that line."""
+    from polysql_ray.comparison.ast import AstEquivalence
+
+    sql = ("SELECT c.title, count(e.student_id) FROM courses AS c LEFT JOIN enrollments AS e "
+           "ON c.course_id = e.course_id GROUP BY c.course_id")
+    res = AstEquivalence().check(sql, "sqlite", sql, "duckdb")
+    assert res.decision == "unknown"
+    assert res.reason == "not_dialect_invariant:ungrouped_column"
+    # the same text within one dialect, and a fully grouped query across dialects, stay provable
+    assert AstEquivalence().check(sql, "sqlite", sql, "sqlite").decision == "equivalent"
+    grouped = "SELECT count(*) FROM courses GROUP BY course_id"
+    assert AstEquivalence().check(grouped, "sqlite", grouped, "duckdb").decision == "equivalent"

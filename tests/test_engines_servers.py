@@ -1,0 +1,197 @@
+"""Server engines (PostgreSQL, MariaDB/MySQL) on real servers: sandbox, errors, pool, secrets."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest_servers import SPIDER, register_server_replication, require_data, require_servers  # noqa: E402
+
+require_servers("postgres", "mysql")
+require_data(SPIDER / "database" / "concert_singer")
+register_server_replication()
+
+from polysql_ray.datasets.example import SourceDatabase  # noqa: E402
+from polysql_ray.engines.base import ExecStatus as S, Limits  # noqa: E402
+from polysql_ray.engines.mysql import MySQLEngine  # noqa: E402
+from polysql_ray.engines.postgres import PostgresEngine  # noqa: E402
+from polysql_ray.engines.servers import ServerSettings  # noqa: E402
+from polysql_ray.replication.base import get_writer, replicate  # noqa: E402
+
+ENGINES = {"postgres": PostgresEngine, "mysql": MySQLEngine}
+LIM = Limits(timeout_s=1.0, row_cap=50)
+
+# (sql, expected statuses) per engine; every one must leave the replica unchanged
+HOSTILE = {
+    "common": [
+        ("DELETE FROM singer", {S.REJECTED}),
+        ("UPDATE singer SET Age = 0", {S.REJECTED}),
+        ("DROP TABLE singer", {S.REJECTED}),
+        ("CREATE TABLE x (a INT)", {S.REJECTED}),
+        ("SELECT 1; DELETE FROM singer", {S.REJECTED}),
+        ("SELECT 1;DROP TABLE singer;", {S.REJECTED}),
+        ("INSERT INTO singer (Singer_ID) VALUES (99)", {S.REJECTED}),
+    ],
+    "postgres": [
+        ("SELECT pg_read_file('/etc/passwd')", {S.REJECTED}),
+        ("SELECT * FROM pg_read_file('/etc/passwd')", {S.REJECTED}),
+        ("COPY (SELECT 1) TO PROGRAM 'id'", {S.REJECTED}),
+        ("SELECT lo_import('/etc/passwd')", {S.REJECTED}),
+        ("SELECT set_config('statement_timeout', '0', false)", {S.REJECTED}),
+        ("SET statement_timeout = 0", {S.REJECTED}),
+        ("WITH d AS (DELETE FROM singer RETURNING *) SELECT * FROM d",
+         {S.REJECTED, S.RUNTIME}),
+        ("SELECT pg_sleep(30)", {S.TIMEOUT}),
+        ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r",
+         {S.TIMEOUT}),
+    ],
+    "mysql": [
+        ("SELECT LOAD_FILE('/etc/passwd')", {S.REJECTED}),
+        ("SELECT * FROM singer INTO OUTFILE '/tmp/polysql_x'", {S.REJECTED}),
+        ("SELECT Name FROM singer INTO DUMPFILE '/tmp/polysql_y'", {S.REJECTED}),
+        ("SET GLOBAL max_connections = 1", {S.REJECTED}),
+        ("SELECT SLEEP(30)", {S.TIMEOUT}),
+        ("SELECT BENCHMARK(100000000000, MD5('a'))", {S.TIMEOUT}),
+        ("SELECT count(*) FROM information_schema.columns a, information_schema.columns b, "
+         "information_schema.columns c", {S.TIMEOUT}),
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory):
+    """concert_singer (Spider SQLite) replicated into both servers."""
+    d = tmp_path_factory.mktemp("replicas")
+    src = SourceDatabase("spidertest", "concert_singer", "sqlite",
+                         str(SPIDER / "database" / "concert_singer" / "concert_singer.sqlite"))
+    return {name: replicate(src, name, d) for name in ENGINES}
+
+
+@pytest.fixture(scope="module", params=list(ENGINES))
+def engine(request):
+    e = ENGINES[request.param]({"pool_size": 2})
+    yield e
+    e.close()
+
+
+def test_gold_like_queries_return_driver_types(engine, replicas):
+    loc = replicas[engine.name].location
+    q = ('SELECT count(*), avg("Capacity"), max("Name") FROM stadium' if engine.name == "postgres"
+         else "SELECT count(*), avg(Capacity), max(Name) FROM stadium")
+    r = engine.execute(loc, q, LIM)
+    assert r.status is S.OK, r.error
+    row = r.table.to_pylist()[0]
+    vals = list(row.values())
+    assert vals[0] == 9
+    from decimal import Decimal
+    assert isinstance(vals[1], Decimal) and abs(float(vals[1]) - 10621.666666) < 1e-3
+    assert r.table.num_columns == 3
+
+
+def test_row_cap_and_errors(engine, replicas):
+    loc = replicas[engine.name].location
+    assert engine.execute(loc, "SELECT * FROM singer_in_concert", Limits(5, 3)).status is S.TOO_LARGE
+    assert engine.execute(loc, "SELEC 1", LIM).status is S.SYNTAX
+    assert engine.execute(loc, "SELECT * FROM no_such_table", LIM).status is S.SCHEMA
+    assert engine.execute(loc, "SELECT no_such_col FROM singer", LIM).status is S.SCHEMA
+    assert engine.execute("pq_no_such_replica", "SELECT 1", LIM).status is S.UNAVAILABLE
+    assert engine.execute(loc, "  ;; ", LIM).status is S.EMPTY
+    ok = engine.execute(loc, "SELECT 1;  -- trailing", LIM)
+    assert ok.status is S.OK and ok.table.column(0).to_pylist() == [1]
+
+
+def test_hostile_sql_is_contained(engine, replicas):
+    rep = replicas[engine.name]
+    writer = get_writer(engine.name)
+    before = writer.fingerprint(rep.location)
+    assert before == rep.manifest.copy_fingerprint
+    for sql, expected in HOSTILE["common"] + HOSTILE[engine.name]:
+        r = engine.execute(rep.location, sql, LIM)
+        assert r.status in expected, (sql, r.status, r.error)
+    assert writer.fingerprint(rep.location) == before
+    assert writer.checksums(rep.location, rep.manifest.tables) == rep.manifest.checksums
+    # the engine still works after all that
+    assert engine.execute(rep.location, "SELECT count(*) FROM singer", LIM).table.column(0)[0].as_py() == 6
+
+
+def test_reader_role_itself_is_least_privilege(replicas):
+    """Even bypassing the client-side guard, the server refuses as the reader role."""
+    import psycopg
+    import pymysql
+
+    from polysql_ray.engines import mysql as my, postgres as pg
+
+    with pg.connect(ServerSettings.from_dict({}, **pg.DEFAULTS)) as c:
+        for q in ["SELECT pg_read_file('/etc/passwd')", "SELECT lo_import('/etc/passwd')",
+                  "COPY (SELECT 1) TO PROGRAM 'id'",
+                  f'DELETE FROM "{replicas["postgres"].location}".singer']:
+            with pytest.raises(psycopg.Error) as ei:
+                c.execute(q)
+            assert ei.value.sqlstate in ("42501", "25006"), (q, ei.value.sqlstate)
+    raw = my.connect_raw(ServerSettings.from_dict({}, **my.DEFAULTS))
+    with raw, raw.cursor() as cur:
+        cur.execute("SELECT LOAD_FILE('/etc/passwd')")
+        assert cur.fetchone()[0] is None  # no FILE privilege: NULL, hence the client deny-list
+        for q in [f"DELETE FROM `{replicas['mysql'].location}`.singer",
+                  "SELECT 1 INTO OUTFILE '/tmp/polysql_z'", "SET GLOBAL max_connections = 1"]:
+            with pytest.raises(pymysql.err.MySQLError) as ei:
+                cur.execute(q)
+            assert ei.value.args[0] in my.ERRNO_STATUS
+            assert my.ERRNO_STATUS[ei.value.args[0]] is S.REJECTED, q
+
+
+def _kill_backend(name: str, ident: int) -> None:
+    from polysql_ray.engines import mysql as my, postgres as pg
+
+    if name == "postgres":
+        with pg.connect(ServerSettings.from_dict({}, **pg.DEFAULTS), admin=True) as c:
+            assert c.execute("SELECT pg_terminate_backend(%s)", [ident]).fetchone()[0]
+    else:
+        with my.connect_raw(ServerSettings.from_dict({}, **my.DEFAULTS), admin=True) as c:
+            c.cursor().execute(f"KILL {int(ident)}")
+
+
+def test_lost_connection_is_reestablished(replicas):
+    for name, cls in ENGINES.items():
+        e = cls({"pool_size": 1})
+        loc = replicas[name].location
+        q = "SELECT pg_backend_pid()" if name == "postgres" else "SELECT CONNECTION_ID()"
+        first = e.execute(loc, q, LIM)
+        assert first.status is S.OK
+        _kill_backend(name, first.table.column(0)[0].as_py())
+        again = e.execute(loc, q, LIM)
+        assert again.status is S.OK, again.error
+        assert again.table.column(0)[0].as_py() != first.table.column(0)[0].as_py()
+        assert e.pool.stats.opened == 2 and e.pool.stats.discarded == 1
+        for _ in range(5):
+            assert e.execute(loc, "SELECT 1", LIM).ok
+        assert e.pool.stats.opened == 2  # reused afterwards
+        e.close()
+
+
+def test_pool_is_bounded_and_reused(engine, replicas):
+    loc = replicas[engine.name].location
+    opened = engine.pool.stats.opened
+    for _ in range(20):
+        assert engine.execute(loc, "SELECT count(*) FROM concert", LIM).ok
+    assert engine.pool.stats.opened - opened <= engine.pool.size
+
+
+def test_passwords_never_in_repr_or_manifest(replicas, monkeypatch):
+    secret = "pq-s3cret-Zx81"
+    monkeypatch.setenv("POLYSQL_TEST_PG_PW", secret)
+    with pytest.raises(ValueError):
+        ServerSettings.from_dict({"password": secret})
+    s = ServerSettings.from_dict({"password_env": "POLYSQL_TEST_PG_PW", "user": "polysql_reader"},
+                                 port=5432, database="polysql")
+    assert s.reader_password() == secret
+    e = PostgresEngine(s)
+    r = e.execute(replicas["postgres"].location, "SELECT 1", LIM)  # trust auth accepts it
+    assert r.ok
+    for text in (repr(s), str(s), json.dumps(s.public_dict()), repr(e), repr(e.pool),
+                 replicas["postgres"].manifest.to_json(), replicas["mysql"].manifest.to_json()):
+        assert secret not in text
+    e.close()

@@ -1,0 +1,106 @@
+"""End to end on Ray: the quickstart sweep through the whole pipeline, store idempotency,
+the run manifest, and that nothing needs ../shared."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from polysql_ray.config import compose
+from polysql_ray.pipeline.driver import run
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def quickstart_run(ray_session, tmp_path_factory, monkeypatch_module):
+    out = tmp_path_factory.mktemp("qs")
+    # no shared data: point POLYSQL_SHARED at an empty folder; quickstart must not care
+    monkeypatch_module.setenv("POLYSQL_SHARED", str(out / "no_shared_here"))
+    cfg, loader, text = compose(["+sweep=quickstart", f"results_dir={out}", "progress=false"])
+    stats, table = run(cfg, loader, text)
+    return out, cfg, loader, text, stats, table
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def _ex(table, model, dialect):
+    rows = [r for r in table.to_pylist() if r["model"] == model and r["dialect"] == dialect]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def test_quickstart_scores_every_prediction(quickstart_run):
+    out, cfg, *_ , stats, table = quickstart_run
+    assert stats.cells == 6 and stats.items_total == 6 * 34 and stats.items_scored == 6 * 34
+    # the gold itself is 100% on its own engine: a sanity check of the whole pipeline
+    gold = _ex(table, "gold", "sqlite")
+    assert (gold["n"], gold["correct"], gold["gold_errors"]) == (34, 34, 0)
+    # right-but-different answers all pass on SQLite, the deliberately flawed ones mostly fail
+    assert _ex(table, "perfect", "sqlite")["correct"] == 34
+    assert _ex(table, "flawed", "sqlite")["correct"] < 10
+    # duckdb runs the same SQLite-written SQL on the replica: some of it does not survive
+    assert _ex(table, "gold", "duckdb")["correct"] < 34
+
+
+def test_store_rows_are_queryable_with_duckdb(quickstart_run):
+    out = quickstart_run[0]
+    con = duckdb.connect()
+    rows = con.sql(f"SELECT * FROM read_parquet('{out}/scores/**/*.parquet')").to_arrow_table()
+    assert rows.num_rows == 6 * 34
+    need = {"model", "dataset", "dialect", "instruction_level", "question_id", "db_id", "gold_sql", "pred_sql",
+            "gold_status", "pred_status", "correct", "verdict", "reason", "basis", "policy_version",
+            "gold_exec_s", "pred_exec_s"}
+    assert need <= set(rows.column_names)
+    assert len(set(rows.column("key").to_pylist())) == rows.num_rows
+    # every mismatch carries a reason code; every pass says "match"
+    for r in rows.to_pylist():
+        assert r["reason"] and (r["reason"] == "match") == r["correct"]
+    # the integer-division question (school) on duckdb: SQLite's 7/2 = 3 is not duckdb's 3.5
+    verdicts = con.sql(f"SELECT DISTINCT basis FROM read_parquet('{out}/scores/**/*.parquet')").fetchall()
+    assert {"observed"} <= {v[0] for v in verdicts}
+
+
+def test_rerun_scores_nothing_new(quickstart_run):
+    out, cfg, loader, text, stats, table = quickstart_run
+    stats2, table2 = run(cfg, loader, text)
+    assert stats2.items_scored == 0 and stats2.items_skipped == 6 * 34
+    assert sum(stats2.exec_unique.values()) == 0
+    assert table2.to_pylist() == table.to_pylist()
+    assert len(list(Path(out, "scores").rglob("*.parquet"))) == 6  # nothing appended
+
+
+def test_run_manifest_written(quickstart_run):
+    out, *_ , stats, _t = quickstart_run
+    manifest = json.loads((Path(out) / "runs" / stats.run_id / "manifest.json").read_text())
+    assert manifest["packages"]["ray"] and manifest["policy_version"] == "cmp-1"
+    assert {c["model"] for c in manifest["cells"]} == {"gold", "perfect", "flawed"}
+    assert (Path(out) / "runs" / stats.run_id / "config.yaml").read_text().strip()
+
+
+def test_policy_override_makes_new_cells(quickstart_run):
+    """A changed comparison policy is a different cell: nothing is reused under the new policy."""
+    out = quickstart_run[0]
+    cfg, loader, text = compose(["+sweep=quickstart", f"results_dir={out}", "progress=false",
+                                 "policy.abs_tol=0.001", "sweep.models=[{name: gold, generator: gold}]",
+                                 "dialects=[sqlite]"])
+    stats, table = run(cfg, loader, text)
+    assert stats.items_scored == 34 and stats.items_skipped == 0
+
+
+def test_bad_config_names_the_key(tmp_path):
+    from polysql_ray.pipeline.driver import ConfigError
+
+    cfg, loader, text = compose(["+sweep=quickstart", f"results_dir={tmp_path}", "dialects=[sqlite,oracle]"])
+    with pytest.raises(ConfigError, match="unknown dialect 'oracle'"):
+        run(cfg, loader, text)
+    cfg, loader, text = compose(["+sweep=quickstart", f"results_dir={tmp_path}", "dialects=[]"])
+    with pytest.raises(ConfigError, match="no dialects"):
+        run(cfg, loader, text)

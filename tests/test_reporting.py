@@ -1,0 +1,193 @@
+"""Leaderboard snapshots: determinism, file contents, manifest, job CLI, HTML in headless Chromium."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import pytest
+
+from polysql_ray.reporting import store_sha256, write_snapshot
+from polysql_ray.statistics.synthetic import random_store
+
+REPO = Path(__file__).resolve().parents[1]
+DETERMINISTIC = ("leaderboard.md", "leaderboard.csv", "leaderboard.json", "index.html")
+MODELS = {"model-a": 0.75, "model-b": 0.7, "model-c": 0.55}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("store")
+    random_store(root, models=MODELS, datasets=("bird", "spider"), levels=("basic", "full"),
+                 n_questions=40, seed=3, files_per_model=2)
+    return root
+
+
+@pytest.fixture(scope="module")
+def snapshot(store, tmp_path_factory):
+    return write_snapshot(store, tmp_path_factory.mktemp("snap"))
+
+
+def test_snapshot_is_byte_deterministic_and_location_independent(store, snapshot, tmp_path):
+    write_snapshot(store, tmp_path / "again")
+    moved_store = tmp_path / "moved"
+    shutil.copytree(store, moved_store)
+    moved = write_snapshot(moved_store, tmp_path / "moved_out")
+    for name in ("leaderboard.md", "leaderboard.csv", "leaderboard.json"):
+        ref = (snapshot.files["md"].parent / name).read_bytes()
+        assert ref == (tmp_path / "again" / name).read_bytes(), name
+        assert ref == (tmp_path / "moved_out" / name).read_bytes(), name
+    assert moved.store_sha256 == snapshot.store_sha256
+
+
+def test_store_hash_tracks_content(store, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(store, copy)
+    h0 = store_sha256(copy)
+    assert h0 == store_sha256(store)
+    victim = sorted((copy / "scores").rglob("*.parquet"))[0]
+    victim.rename(victim.with_name("renamed.parquet"))
+    assert store_sha256(copy) != h0
+
+
+def test_csv_json_md_contents(snapshot):
+    st = snapshot.stats
+    out = snapshot.files["md"].parent
+    rows = list(csv.DictReader(io.StringIO((out / "leaderboard.csv").read_text())))
+    # 3 models x 2 datasets x 2 levels x 5 dialects
+    assert len(rows) == len(st.ex_cells) == 60
+    by_key = {(r["model"], r["dataset"], r["instruction_level"], r["dialect"]): r for r in rows}
+    for c in st.ex_cells:
+        r = by_key[(c["model"], c["dataset"], c["instruction_level"], c["dialect"])]
+        assert int(r["n"]) == c["n"] == 39  # q0 is a gold error
+        assert int(r["gold_errors"]) == 1
+        assert float(r["ex"]) == pytest.approx(c["correct"] / c["n"], abs=1e-6)
+        if c["dialect"] == "sqlite":
+            assert r["drop_points"] == ""
+    doc = json.loads((out / "leaderboard.json").read_text())
+    assert doc["store_sha256"] == snapshot.store_sha256
+    assert doc["load"]["rows_kept"] == 3 * 2 * 2 * 5 * 40
+    assert len(doc["tables"]["pairwise_pooled"]) == 10  # C(5, 2) dialect pairs
+    assert [h["dialect"] for h in doc["tables"]["hierarchy"]] == [
+        h["dialect"] for h in st.hierarchy]
+    md = (out / "leaderboard.md").read_text()
+    for title in ("Leaderboard", "Dialect difficulty hierarchy", "Rank instability",
+                  "Error taxonomy", "Per-query agreement"):
+        assert title in md
+    assert "policy-1" in md and re.search(r"\| model-a \| \d+\.\d \|", md)
+
+
+def test_figures_are_valid_pngs(snapshot):
+    for name in ("ex_by_dialect.png", "mcnemar_heatmap.png", "rank_bump.png"):
+        img = mpimg.imread(snapshot.files[name])
+        assert img.shape[0] > 200 and img.shape[1] > 300, name
+        assert img[..., :3].std() > 0.05, f"{name} looks blank"
+
+
+def test_manifest(snapshot, store):
+    m = json.loads(snapshot.files["manifest"].read_text())
+    assert m["store_sha256"] == store_sha256(store)
+    assert m["policy_versions"] == ["policy-1"] and m["store_files"] == 6
+    assert m["packages"]["duckdb"] and m["packages"]["statsmodels"]
+    assert "generated_at" in m and "git_sha" in m
+    md_hash = m["outputs"]["md"]["sha256"]
+    import hashlib
+    assert md_hash == hashlib.sha256(snapshot.files["md"].read_bytes()).hexdigest()
+
+
+def test_leaderboard_job_cli(store, tmp_path):
+    out = tmp_path / "lb"
+    proc = subprocess.run([sys.executable, "-m", "jobs.leaderboard", f"results_dir={store}",
+                           f"out={out}", "figures=false"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "model-a" in proc.stdout and "sqlite" in proc.stdout
+    assert {p.name for p in out.iterdir()} >= {"leaderboard.md", "leaderboard.csv",
+                                               "leaderboard.json", "index.html", "manifest.json"}
+    bad = subprocess.run([sys.executable, "-m", "jobs.leaderboard", f"results_dir={store}"],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "missing out" in bad.stderr
+
+
+def test_stats_job_main(store, tmp_path, capsys):
+    from jobs.stats import main
+
+    out = tmp_path / "stats.json"
+    assert main([f"results_dir={store}", f"json={out}", "views=hierarchy", "ci=beta"]) == 0
+    assert "hierarchy" in capsys.readouterr().out.lower()
+    assert json.loads(out.read_text())["config"]["ci_method"] == "beta"
+    with pytest.raises(SystemExit, match="bad argument"):
+        main([f"results_dir={store}", "colour=blue"])
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _chromium_run(binary: str, *args: str) -> subprocess.CompletedProcess:
+    profile = tempfile.mkdtemp(prefix="chromium-profile-")
+    try:
+        return subprocess.run(
+            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", f"--user-data-dir={profile}", "--virtual-time-budget=5000",
+             *args], capture_output=True, text=True, timeout=120)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_html_renders_in_headless_chromium(snapshot, tmp_path):
+    binary = _chromium()
+    if binary is None:
+        if os.environ.get("POLYSQL_REQUIRE_BROWSER") == "1":
+            pytest.fail("chromium not found but POLYSQL_REQUIRE_BROWSER=1")
+        pytest.skip("chromium not installed (apt-get install -y chromium); "
+                    "set POLYSQL_REQUIRE_BROWSER=1 to make this mandatory")
+    page = snapshot.files["html"]
+    dom = _chromium_run(binary, "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    body = re.search(r"<body[^>]*>", html).group(0)
+    assert 'data-images-ok="true"' in body and 'data-images-loaded="3"' in body, body
+    assert len(re.findall(r"<img ", html)) == 3
+    cells = re.search(r'<table class="sortable" data-view="cells">.*?</table>', html, re.S).group(0)
+    assert len(re.findall(r"<tr>", cells)) == 1 + len(snapshot.stats.ex_cells)
+    board = re.search(r'<table class="sortable" data-view="leaderboard">.*?</table>', html, re.S)
+    assert board and board.group(0).count("<tr>") == 1 + len(MODELS)
+
+    shot = tmp_path / "shot.png"
+    res = _chromium_run(binary, f"--screenshot={shot}", "--window-size=1200,1600",
+                        "--hide-scrollbars", page.as_uri())
+    assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
+    img = mpimg.imread(shot)
+    assert img.shape[:2] == (1600, 1200) and img[..., :3].std() > 0.05
+
+    # a missing figure must be detected by the page's image check
+    broken = tmp_path / "broken"
+    shutil.copytree(page.parent, broken)
+    (broken / "rank_bump.png").unlink()
+    dom2 = _chromium_run(binary, "--dump-dom", (broken / "index.html").as_uri())
+    assert 'data-images-ok="false"' in re.search(r"<body[^>]*>", dom2.stdout).group(0)
+
+
+def test_degenerate_store_single_dialect(tmp_path):
+    from polysql_ray.statistics.synthetic import score_row, write_store
+
+    write_store(tmp_path / "store", [score_row("m", "d", "postgres", "l", f"q{i}",
+                                               "pass" if i % 2 else "values") for i in range(5)])
+    snap = write_snapshot(tmp_path / "store", tmp_path / "out")
+    assert snap.stats.pairwise_pooled == [] and snap.stats.drops == []
+    assert snap.stats.hierarchy[0]["next_dialect"] is None
+    text = snap.files["json"].read_text()
+    assert "NaN" not in text  # NaN is written as null: strict JSON
+    doc = json.loads(text)
+    assert doc["tables"]["rank_instability"][0]["tau"] is None
+    assert "(no data)" in snap.files["md"].read_text()
