@@ -275,3 +275,18 @@ def test_cross_dialect_ungrouped_column_is_not_proven():
     assert AstEquivalence().check(sql, "sqlite", sql, "sqlite").decision == "equivalent"
     grouped = "SELECT count(*) FROM courses GROUP BY course_id"
     assert AstEquivalence().check(grouped, "sqlite", grouped, "duckdb").decision == "equivalent"
+
+
+def test_cross_dialect_reserved_word_is_not_proven():
+    """Spider q830 `SELECT avg(Attendance) FROM show`: valid SQLite, a syntax error in DuckDB
+    (SHOW is reserved there). Found by the Spider sweep in verify mode."""
+    from polysql_ray.comparison.ast import AstEquivalence, reserved_words
+
+    assert "show" in reserved_words("duckdb") and "show" not in reserved_words("sqlite")
+    schema = {"show": {"Show_ID": "int", "Attendance": "real"}}
+    sql = "SELECT avg(Attendance) FROM show"
+    res = AstEquivalence().check(sql, "sqlite", sql, "duckdb", schema=schema)
+    assert res.decision == "unknown" and "reserved_word_in_duckdb" in res.reason, res
+    assert AstEquivalence().check(sql, "sqlite", sql, "sqlite").decision == "equivalent"
+    quoted = 'SELECT avg(Attendance) FROM "show"'
+    assert AstEquivalence().check(sql, "sqlite", quoted, "duckdb", schema=schema).decision == "equivalent"

@@ -362,6 +362,11 @@ class AstEquivalence:
             if isinstance(node, exp.Ordered):
                 if _type_class(node.this, schema) not in ordered_classes:
                     raise _Unknown("type_guard:Ordered")
+            if isinstance(node, exp.Identifier) and not node.quoted and \
+                    node.name.lower() in reserved_words(dialect):
+                # `FROM show` parses in SQLite and in sqlglot's DuckDB dialect, but DuckDB's own
+                # parser rejects the reserved word: the text would not run on the target.
+                raise _Unknown(f"reserved_word_in_{dialect}:{node.name.lower()}")
             if isinstance(node, exp.Select) and _has_ungrouped_column(node):
                 # SQLite and MySQL accept `SELECT title ... GROUP BY id` (a bare column), DuckDB
                 # and PostgreSQL reject it: the prediction would not even run on the target.
@@ -526,6 +531,25 @@ class AstEquivalence:
                 keyed.setdefault(_key(item), item)
             node.set("expressions", [keyed[k] for k in sorted(keyed)])
         return node
+
+
+_KEYWORD_DIR = __import__("pathlib").Path(__file__).with_name("keywords")
+
+
+@__import__("functools").lru_cache(maxsize=None)
+def reserved_words(dialect: str) -> frozenset[str]:
+    """Words an engine will not accept as an unquoted identifier, lower case.
+
+    Data files ``comparison/keywords/<dialect>.txt``, read off the engines themselves:
+    DuckDB ``duckdb_keywords()`` (every category but ``unreserved``), PostgreSQL
+    ``pg_get_keywords()`` (catcode R, C, T), SQLite's keyword list (lang_keywords.html).
+    An unknown dialect has none listed (cross-dialect pairs with it are refused elsewhere).
+    """
+    path = _KEYWORD_DIR / f"{dialect}.txt"
+    if not path.exists():
+        return frozenset()
+    return frozenset(w.strip().lower() for w in path.read_text().splitlines()
+                     if w.strip() and not w.startswith("#"))
 
 
 def _column_key(col: exp.Column) -> str:
