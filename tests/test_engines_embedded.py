@@ -105,7 +105,8 @@ def test_runaway_query_is_interrupted(engine):
     ("SELECT 'abc FROM t", ExecStatus.SYNTAX),
     ("SELECT nope FROM t", ExecStatus.SCHEMA),
     ("SELECT * FROM nope", ExecStatus.SCHEMA),
-    ("SELECT no_such_fn(id) FROM t", ExecStatus.SCHEMA),
+    # an unknown function is the dialect lacking it, not schema linking
+    ("SELECT no_such_fn(id) FROM t", ExecStatus.SYNTAX),
     ("", ExecStatus.EMPTY),
     (" ;; ", ExecStatus.EMPTY),
 ])
@@ -187,3 +188,27 @@ def test_registry():
         make_engine("oracle")
     with pytest.raises(KeyError, match="known"):
         engine_for_dialect("tsql")
+
+
+def test_duckdb_binder_errors_are_typed_by_cause(tmp_path):
+    """DuckDB reports unknown columns, GROUP BY strictness and type rules all as binder errors;
+    only the first is schema linking."""
+    import duckdb as _duckdb
+
+    from polysql_ray.engines.duckdb import DuckDBEngine
+
+    path = tmp_path / "b.duckdb"
+    con = _duckdb.connect(str(path))
+    con.execute("CREATE TABLE t (id BIGINT, name VARCHAR)")
+    con.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
+    con.close()
+    e = DuckDBEngine()
+    cases = {
+        "SELECT nope FROM t": ExecStatus.SCHEMA,
+        "SELECT name, count(*) FROM t GROUP BY id": ExecStatus.SYNTAX,
+        "SELECT strftime_nope(name) FROM t": ExecStatus.SYNTAX,
+        "SELECT * FROM t WHERE name > 3": ExecStatus.RUNTIME,
+    }
+    got = {sql: e.execute(str(path), sql, LIMITS).status for sql in cases}
+    e.close()
+    assert got == cases

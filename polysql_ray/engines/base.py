@@ -23,8 +23,9 @@ class ExecStatus(str, enum.Enum):
     """Outcome of one execution. The values are stored verbatim in the results store."""
 
     OK = "ok"
-    SYNTAX = "syntax"          # the engine could not parse the statement
-    SCHEMA = "schema"          # unknown table / column / function
+    SYNTAX = "syntax"          # the dialect refuses the statement: parse error, unknown function,
+                               # GROUP BY strictness (a "dialect syntax error")
+    SCHEMA = "schema"          # unknown or ambiguous table / column (schema linking)
     RUNTIME = "runtime"        # parsed and bound, failed while running (type error, div by zero ...)
     TIMEOUT = "timeout"        # interrupted by the engine-side timeout
     REJECTED = "rejected"      # not exactly one read-only SELECT/WITH statement, or sandbox refusal

@@ -23,6 +23,7 @@ column names kept, positional).
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
@@ -60,8 +61,26 @@ ERROR_TABLE: tuple[tuple[type, ExecStatus], ...] = (
 BATCH_ROWS = 8192
 
 
+#: Binder/Catalog errors are only *schema* errors when a table or column is unknown; the rest
+#: are the dialect refusing the statement (unknown function, GROUP BY strictness) or a type
+#: rule. (message regex, status), first match wins; checked before :data:`ERROR_TABLE`.
+BINDER_MESSAGES: tuple[tuple[str, ExecStatus], ...] = (
+    (r"Referenced (table|column)|Table with name .* does not exist|not found in FROM clause"
+     r"|Ambiguous reference|column .* not found|Values list .* does not have a column", ExecStatus.SCHEMA),
+    (r"Function with name .* does not exist|No function matches|must appear in the GROUP BY"
+     r"|aggregate function|GROUP BY", ExecStatus.SYNTAX),
+    (r"Cannot compare|Cannot mix|Could not convert|Conversion Error|type", ExecStatus.RUNTIME),
+)
+
+
 def classify_error(exc: BaseException) -> ExecStatus:
-    """Map a DuckDB exception to an :class:`ExecStatus` via :data:`ERROR_TABLE`."""
+    """Map a DuckDB exception to an :class:`ExecStatus`: binder/catalog messages via
+    :data:`BINDER_MESSAGES`, then the class via :data:`ERROR_TABLE`, else RUNTIME."""
+    if isinstance(exc, (duckdb.BinderException, duckdb.CatalogException)):
+        msg = str(exc)
+        for pattern, status in BINDER_MESSAGES:
+            if re.search(pattern, msg, flags=re.IGNORECASE):
+                return status
     for cls, status in ERROR_TABLE:
         if isinstance(exc, cls):
             return status

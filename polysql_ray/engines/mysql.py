@@ -61,7 +61,7 @@ ERRNO_STATUS: dict[int, ExecStatus] = {
     1149: S.SYNTAX,    # ER_SYNTAX_ERROR
     1146: S.SCHEMA,    # ER_NO_SUCH_TABLE
     1054: S.SCHEMA,    # ER_BAD_FIELD_ERROR
-    1305: S.SCHEMA,    # ER_SP_DOES_NOT_EXIST (unknown function)
+    1305: S.SYNTAX,    # ER_SP_DOES_NOT_EXIST (unknown function: the dialect lacks it)
     1630: S.SCHEMA,    # ER_FUNC_INEXISTENT_NAME_COLLISION
     1052: S.SCHEMA,    # ER_NON_UNIQ_ERROR (ambiguous column)
     1109: S.SCHEMA,    # ER_UNKNOWN_TABLE

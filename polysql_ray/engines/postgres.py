@@ -52,7 +52,8 @@ SQLSTATE_STATUS: dict[str, ExecStatus] = {
     "42601": S.SYNTAX,    # syntax_error (also: multiple commands in a prepared statement)
     "42P01": S.SCHEMA,    # undefined_table
     "42703": S.SCHEMA,    # undefined_column
-    "42883": S.SCHEMA,    # undefined_function (also operator/argument-type mismatch)
+    "42883": S.SYNTAX,    # undefined_function / operator: the dialect lacks it (not schema linking)
+    "42803": S.SYNTAX,    # grouping_error: GROUP BY strictness of the dialect
     "42702": S.SCHEMA,    # ambiguous_column
     "42P09": S.SCHEMA,    # ambiguous_alias
     "42704": S.SCHEMA,    # undefined_object

@@ -65,7 +65,7 @@ ERROR_TABLE: tuple[tuple[str, ExecStatus], ...] = (
     ("unrecognized token", ExecStatus.SYNTAX),
     ("no such table", ExecStatus.SCHEMA),
     ("no such column", ExecStatus.SCHEMA),
-    ("no such function", ExecStatus.SCHEMA),
+    ("no such function", ExecStatus.SYNTAX),
     ("ambiguous column name", ExecStatus.SCHEMA),
 )
 
