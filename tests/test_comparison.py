@@ -271,7 +271,7 @@ def test_policy_yaml_mirrors_defaults_and_overrides_change_fingerprint():
         new = {bool: lambda x: not x, float: lambda x: x * 10 + 1e-3, str: None}[type(v)]
         if new is None:
             new = {"version": lambda x: "cmp-x", "order": lambda x: "bag",
-                   "ties_at_limit": lambda x: "strict"}[f.name]
+                   "ties_at_limit": lambda x: "strict", "duplicates": lambda x: "set"}[f.name]
         over = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{f.name}={new(v)}"]))
         assert ComparisonPolicy.from_config(over).fingerprint() != pol.fingerprint(), f.name
     with pytest.raises(ValueError):
@@ -305,3 +305,23 @@ def test_random_permutation_with_noise_matches_and_one_change_fails(seed):
     bad[k] += 1e-3
     r = cmp("", gold, pred.set_column(1, "f", pa.array(bad)))
     assert not r.match and r.reason == "values" and r.diff.missing_rows == r.diff.extra_rows == 1
+
+
+def test_duplicates_set_policy_ignores_missing_distinct_but_default_fails_it():
+    """policy.duplicates=set (test-suite-like) passes a missing DISTINCT that the default bag
+    policy fails; a wrong value still fails under both."""
+    import pyarrow as pa
+
+    from polysql_ray.comparison.policy import ComparisonPolicy
+    from polysql_ray.comparison.result_set import compare
+    from polysql_ray.comparison.shape import analyze_gold
+
+    gold = pa.table({"name": ["a", "b"]})
+    pred = pa.table({"name": ["a", "b", "a"]})
+    wrong = pa.table({"name": ["a", "c", "a"]})
+    shape = analyze_gold("SELECT DISTINCT name FROM t", "sqlite")
+    bag, st = ComparisonPolicy(), ComparisonPolicy(duplicates="set")
+    assert compare(gold, pred, shape, bag).reason == "row_count"
+    assert compare(gold, pred, shape, st).match
+    assert not compare(gold, wrong, shape, st).match
+    assert bag.fingerprint() != st.fingerprint()

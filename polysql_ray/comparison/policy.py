@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 ORDER_MODES = ("auto", "bag", "list")
+DUPLICATE_MODES = ("bag", "set")
 TIE_MODES = ("lenient", "strict")
 
 
@@ -52,6 +53,10 @@ class ComparisonPolicy:
             (SQLite stores dates as TEXT). Timestamps are compared as UTC wall-clock; naive
             timestamps are taken as UTC.
         trim_trailing_spaces: ignore trailing spaces in strings (MySQL PAD SPACE collations).
+        duplicates: ``bag`` (default): duplicate rows count, so a missing DISTINCT fails;
+            ``set``: duplicate rows are dropped from both result sets before comparing, which
+            approximates the test-suite evaluator's default (it deletes DISTINCT from both
+            queries, ``keep_distinct=False``) for comparison with published Spider figures.
         ties_at_limit: ``lenient``: under ``ORDER BY ... LIMIT k`` with ties at the cut, accept
             any predicted choice among the tied rows (needs the gold probe, see shape.py);
             ``strict``: the predicted rows at the cut must equal the gold's choice. Both flag
@@ -68,10 +73,13 @@ class ComparisonPolicy:
     date_string_equal: bool = True
     trim_trailing_spaces: bool = False
     ties_at_limit: str = "lenient"
+    duplicates: str = "bag"
 
     def __post_init__(self) -> None:
         if self.order not in ORDER_MODES:
             raise ValueError(f"policy.order must be one of {ORDER_MODES}, got {self.order!r}")
+        if self.duplicates not in DUPLICATE_MODES:
+            raise ValueError(f"policy.duplicates must be one of {DUPLICATE_MODES}, got {self.duplicates!r}")
         if self.ties_at_limit not in TIE_MODES:
             raise ValueError(f"policy.ties_at_limit must be one of {TIE_MODES}, got {self.ties_at_limit!r}")
         if not (self.abs_tol >= 0 and self.rel_tol >= 0):

@@ -389,6 +389,23 @@ def _evaluate(ctx: _Ctx, mapping: tuple[int, ...], ordered: bool, groups: np.nda
 _RANK = {"match": 0, "ties_truncated": 1, "order": 2, "values": 3}
 
 
+def distinct_rows(table: pa.Table) -> pa.Table:
+    """``table`` without repeated rows, first occurrences kept in order (``policy.duplicates
+    = "set"``). Rows are compared by their Python values, so duplicate column names and
+    SQLite's mixed (union) columns are fine."""
+    if table.num_rows < 2:
+        return table
+    seen: set = set()
+    keep = []
+    cols = [c.to_pylist() for c in table.columns]
+    for i, row in enumerate(zip(*cols)):
+        key = tuple((type(v).__name__, v) if not isinstance(v, (dict, list)) else repr(v) for v in row)
+        if key not in seen:
+            seen.add(key)
+            keep.append(i)
+    return table if len(keep) == table.num_rows else table.take(pa.array(keep, type=pa.int64()))
+
+
 def compare(gold: pa.Table | None, pred: pa.Table | None, shape: GoldShape,
             policy: ComparisonPolicy, probe: pa.Table | None = None) -> Comparison:
     """Compare a gold result set with a predicted one under ``policy`` (module docstring).
@@ -405,6 +422,8 @@ def compare(gold: pa.Table | None, pred: pa.Table | None, shape: GoldShape,
     flags = list(shape.flags)
     if gold is None or pred is None:
         return Comparison(False, "no_result", tuple(flags))
+    if policy.duplicates == "set":
+        gold, pred = distinct_rows(gold), distinct_rows(pred)
     k, m = gold.num_columns, pred.num_columns
     base = Diff(gold.num_rows, pred.num_rows)
     if m < k or (m > k and not policy.extra_pred_columns):
