@@ -39,6 +39,13 @@ def _run(cfg: DictConfig) -> int:
         f"already stored {stats.items_skipped} | executions requested "
         f"{sum(stats.exec_requested.values())}, unique {sum(stats.exec_unique.values())} | "
         f"replicas {stats.replicas} | engine time {engine_s:.1f}s | wall {stats.wall_s:.1f}s")
+    g = stats.generation
+    if g is not None and g.cells:
+        console.print(f"generation: cells {g.cells} | generated {g.generated} | reused {g.reused} | "
+                      f"unrenderable {g.unrenderable} | {g.seconds:.1f}s")
+    if stats.proven:
+        console.print(f"structural proofs: {stats.proven} predictions proven equivalent "
+                      f"({'not executed' if plain['pipeline'].get('structural_check') == 'prove' else 'executed too'})")
     console.print(f"store: {root}/scores/**/*.parquet  EX table: {csv_path}  run: {root}/runs/{stats.run_id}")
     return 0
 

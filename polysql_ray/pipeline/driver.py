@@ -70,6 +70,7 @@ class RunStats:
     engine_s: dict = field(default_factory=lambda: collections.defaultdict(float))
     replicas: int = 0
     proven: int = 0
+    generation: Any = None
     replicate_s: float = 0.0
     wall_s: float = 0.0
     stage_s: dict = field(default_factory=dict)
@@ -460,8 +461,10 @@ def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[Ru
     and a rerun skips every stored key.
     """
     from polysql_ray.comparison.policy import ComparisonPolicy
+    from polysql_ray.pipeline.generate import GenerationStage, close_generators
     from polysql_ray.pipeline.manifest import run_manifest
     from polysql_ray.pipeline.summary import ex_table
+    from polysql_ray.store.generations import GenerationsStore
 
     t_start = time.perf_counter()
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
@@ -472,6 +475,10 @@ def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[Ru
     policy = ComparisonPolicy.from_config(cfg.get("policy") or {})
     policy_map = policy.to_dict()
     store.write_run(run_id, run_manifest(cfg, grid, policy), config_yaml)
+    gen_stage = GenerationStage(GenerationsStore(cfg["results_dir"]))
+    stats.generation = gen_stage.stats
+    if any(m.get("generator") == "vllm" for m in grid.models):
+        init_ray(cfg)  # vLLM actor pools live on the cluster the driver joins
 
     t0 = time.perf_counter()
     stored = store.existing_keys([c.key for c in grid.cells])
@@ -479,31 +486,35 @@ def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[Ru
 
     def predictions_for(cell: Cell) -> list[Prediction]:
         if cell.key not in predictions:
-            predictions.update(generate(grid, [cell]))
+            predictions.update(generate(grid, [cell], gen_stage))
         return predictions[cell.key]
 
-    with Progress(enabled=bool(cfg.get("progress", True)), console=console) as progress:
-        locations: dict = {}
-        items, requests = plan_work(grid, grid.cells, stored, predictions_for,
-                                    lambda ds, db, eng: _location(grid, locations, ds, db, eng), stats)
-        stats.stage_s["plan+generate"] = time.perf_counter() - t0
-        if items:
-            init_ray(cfg)
-            t0 = time.perf_counter()
-            locations.update(replicate(grid, items, cfg, progress, stats))
-            stats.stage_s["replicate"] = time.perf_counter() - t0
-            # second planning pass now that replica locations are known (cheap, no generation)
+    try:
+        with Progress(enabled=bool(cfg.get("progress", True)), console=console) as progress:
+            locations: dict = {}
             items, requests = plan_work(grid, grid.cells, stored, predictions_for,
-                                        lambda ds, db, eng: _location(grid, locations, ds, db, eng),
-                                        RunStats(run_id=run_id))
-            t0 = time.perf_counter()
-            stats.proven = run_structural(items, str(cfg["pipeline"].get("structural_check", "prove")),
-                                          int(cfg["pipeline"]["score_batch_size"]), progress)
-            stats.stage_s["structural"] = time.perf_counter() - t0
-            requests = _count_requests(items, requests, stats)
-            t0 = time.perf_counter()
-            execute_and_score(items, requests, cfg, store, progress, stats, run_id, policy_map)
-            stats.stage_s["execute+score"] = time.perf_counter() - t0
+                                        lambda ds, db, eng: _location(grid, locations, ds, db, eng), stats)
+            stats.stage_s["plan+generate"] = time.perf_counter() - t0
+            if items:
+                init_ray(cfg)
+                t0 = time.perf_counter()
+                locations.update(replicate(grid, items, cfg, progress, stats))
+                stats.stage_s["replicate"] = time.perf_counter() - t0
+                # second planning pass now that replica locations are known (cheap, no generation)
+                items, requests = plan_work(grid, grid.cells, stored, predictions_for,
+                                            lambda ds, db, eng: _location(grid, locations, ds, db, eng),
+                                            RunStats(run_id=run_id))
+                t0 = time.perf_counter()
+                stats.proven = run_structural(items, str(cfg["pipeline"].get("structural_check", "prove")),
+                                              int(cfg["pipeline"]["score_batch_size"]), progress)
+                stats.stage_s["structural"] = time.perf_counter() - t0
+                requests = _count_requests(items, requests, stats)
+                t0 = time.perf_counter()
+                execute_and_score(items, requests, cfg, store, progress, stats, run_id, policy_map)
+                stats.stage_s["execute+score"] = time.perf_counter() - t0
+    finally:
+        close_generators(grid.generators)
+    stats.stage_s["generate"] = gen_stage.stats.seconds
     stats.wall_s = time.perf_counter() - t_start
     table = ex_table(store, [c.key for c in grid.cells])
     return stats, table
