@@ -195,3 +195,18 @@ def test_passwords_never_in_repr_or_manifest(replicas, monkeypatch):
                  replicas["postgres"].manifest.to_json(), replicas["mysql"].manifest.to_json()):
         assert secret not in text
     e.close()
+
+
+def test_mysql_space_before_paren_is_a_dialect_error_not_a_sandbox_refusal(replicas):
+    """`MAX (x)` is a stored-routine call in MySQL/MariaDB (IGNORE_SPACE off); the reader role
+    may not execute routines, but replicas hold none: it is an unknown function (syntax).
+    Found in the Spider sweep (CodeS/RESDSQL write `count ( * )`, `MAX (x)`)."""
+    engine = MySQLEngine({"pool_size": 1})
+    try:
+        location = replicas["mysql"].location
+        r = engine.execute(location, "SELECT MAX (Age) FROM singer", LIM)
+        assert r.status is S.SYNTAX, r
+        ok = engine.execute(location, "SELECT MAX(Age) FROM singer", LIM)
+        assert ok.status is S.OK and ok.table.num_rows == 1
+    finally:
+        engine.close()
