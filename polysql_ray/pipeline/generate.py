@@ -36,9 +36,9 @@ class GenerationStats:
     """Figures of the generation stage over one run.
 
     Attributes:
-        cells: cells that asked for predictions.
-        generated: predictions produced by calling a generator in this run (model calls for
-            ``uses_prompts`` generators; every prediction of replay/gold).
+        cells: cells of prompt-based generators that asked for predictions (replay and gold
+            read files and are not counted).
+        generated: predictions produced by calling a model generator in this run.
         reused: predictions read back from the generations store.
         unrenderable: examples whose prompt could not be built (ERROR predictions, no model call).
         seconds: wall seconds spent in the stage (rendering, lookups, generation, writes).
@@ -81,9 +81,11 @@ class GenerationStage:
             ValueError: unknown dialect or malformed level (from prompt rendering).
         """
         t0 = time.perf_counter()
-        self.stats.cells += 1
         try:
-            if self.store is None or not getattr(gen, "uses_prompts", False):
+            if not getattr(gen, "uses_prompts", False):  # replay/gold: reading files, not generating
+                return self._call(gen, list(examples), dialect, instruction_level)
+            self.stats.cells += 1
+            if self.store is None:
                 preds = self._call(gen, list(examples), dialect, instruction_level)
                 self._count(gen.model, len(preds))
                 return preds
