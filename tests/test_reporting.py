@@ -191,3 +191,29 @@ def test_degenerate_store_single_dialect(tmp_path):
     doc = json.loads(text)
     assert doc["tables"]["rank_instability"][0]["tau"] is None
     assert "(no data)" in snap.files["md"].read_text()
+
+
+def test_figures_survive_a_perfect_cell(tmp_path):
+    """EX = 100% (the gold generator on its own engine) puts the Wilson upper bound a float
+    rounding away from EX; the error bar must not go negative (found on the Spider sweep)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from polysql_ray.reporting.snapshot import write_snapshot
+    from polysql_ray.statistics.summary import StatsConfig
+    from polysql_ray.store.schema import SCORE_SCHEMA
+
+    rows = []
+    for dialect, correct in (("sqlite", [True] * 972), ("duckdb", [True] * 600 + [False] * 372)):
+        for q, ok in enumerate(correct):
+            rows.append({f.name: None for f in SCORE_SCHEMA} | {
+                "key": f"{dialect}-{q}", "cell_key": dialect, "model": "gold", "dataset": "spider",
+                "dialect": dialect, "instruction_level": "-", "question_id": str(q), "db_id": "d",
+                "correct": ok, "verdict": "pass" if ok else "fail", "reason": "match" if ok else "values",
+                "pred_status": "ok", "gold_status": "ok", "basis": "observed", "policy_version": "cmp-1"})
+    store = tmp_path / "store" / "scores" / "x"
+    store.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCORE_SCHEMA), store / "part.parquet")
+    snap = write_snapshot(tmp_path / "store", tmp_path / "snap", StatsConfig())
+    assert (tmp_path / "snap" / "ex_by_dialect.png").stat().st_size > 1000
+    assert snap is not None

@@ -51,8 +51,9 @@ def plot_ex_by_dialect(st: Statistics, path: Path) -> Path:
             c = cells.get((m, d))
             v = c["ex"] if c and c["n"] else math.nan
             ex.append(100 * v)
-            lo.append(100 * (v - c["ex_lo"]) if c and c["n"] else 0.0)
-            hi.append(100 * (c["ex_hi"] - v) if c and c["n"] else 0.0)
+            # max(0, .): a Wilson bound at EX = 100% equals EX up to float rounding (1e-16 below)
+            lo.append(max(0.0, 100 * (v - c["ex_lo"])) if c and c["n"] else 0.0)
+            hi.append(max(0.0, 100 * (c["ex_hi"] - v)) if c and c["n"] else 0.0)
         ax.bar(x - 0.4 + width * (i + 0.5), ex, width, yerr=[lo, hi], capsize=3,
                label=m, color=cmap(i % cmap.N), edgecolor="black", linewidth=0.4)
     ax.set_xticks(x, dialects)
