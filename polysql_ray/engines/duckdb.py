@@ -22,7 +22,6 @@ column names kept, positional).
 """
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -31,7 +30,7 @@ import duckdb
 import pyarrow as pa
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
-from polysql_ray.engines.guard import check_statement
+from polysql_ray.engines.guard import embedded_refusal
 
 #: Passed to ``duckdb.connect`` (cannot be changed afterwards once the config is locked).
 CONNECT_CONFIG: dict[str, object] = {
@@ -121,13 +120,9 @@ class DuckDBEngine:
     def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
         """Run one untrusted statement read-only (see module docstring). Never raises."""
         t0 = time.perf_counter()
-        verdict = check_statement(sql, self.dialect)
-        if verdict.action == "empty":
-            return ExecutionResult.failure(ExecStatus.EMPTY, verdict.message)
-        if verdict.action == "reject":
-            return ExecutionResult.failure(ExecStatus.REJECTED, verdict.message)
-        if not os.path.isfile(location):
-            return ExecutionResult.failure(ExecStatus.UNAVAILABLE, f"database file not found: {location}")
+        refusal = embedded_refusal(sql, self.dialect, location)
+        if refusal is not None:
+            return refusal
         with self._lock:
             try:
                 con = self._open(location)

@@ -93,3 +93,21 @@ def check_statement(sql: str | None, dialect: str) -> GuardVerdict:
                                      f"deferred to engine", 1)
     return GuardVerdict("reject", f"statement starts with {first.text!r}; only SELECT/WITH "
                                   f"statements are allowed", 1)
+
+
+def embedded_refusal(sql: str, dialect: str, location: str):
+    """The typed result an embedded engine returns *before* touching the database, else None:
+    EMPTY for no statement, REJECTED for anything but one SELECT/WITH (:func:`check_statement`),
+    UNAVAILABLE when the database file does not exist (so the engine never creates one)."""
+    import os
+
+    from polysql_ray.engines.base import ExecStatus, ExecutionResult
+
+    verdict = check_statement(sql, dialect)
+    if verdict.action == "empty":
+        return ExecutionResult.failure(ExecStatus.EMPTY, verdict.message)
+    if verdict.action == "reject":
+        return ExecutionResult.failure(ExecStatus.REJECTED, verdict.message)
+    if not os.path.isfile(location):
+        return ExecutionResult.failure(ExecStatus.UNAVAILABLE, f"database file not found: {location}")
+    return None

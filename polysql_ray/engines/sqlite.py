@@ -33,7 +33,6 @@ so the string '5' and the number 5 stay distinct (a comparison-policy decision).
 from __future__ import annotations
 
 import math
-import os
 import sqlite3
 import threading
 import time
@@ -42,7 +41,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
-from polysql_ray.engines.guard import check_statement
+from polysql_ray.engines.guard import embedded_refusal
 
 #: Authorizer action codes allowed; everything else is denied.
 ALLOWED_ACTIONS: frozenset[int] = frozenset({
@@ -185,13 +184,9 @@ class SqliteEngine:
     def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
         """Run one untrusted statement read-only (see module docstring). Never raises."""
         t0 = time.perf_counter()
-        verdict = check_statement(sql, self.dialect)
-        if verdict.action == "empty":
-            return ExecutionResult.failure(ExecStatus.EMPTY, verdict.message)
-        if verdict.action == "reject":
-            return ExecutionResult.failure(ExecStatus.REJECTED, verdict.message)
-        if not os.path.isfile(location):
-            return ExecutionResult.failure(ExecStatus.UNAVAILABLE, f"database file not found: {location}")
+        refusal = embedded_refusal(sql, self.dialect, location)
+        if refusal is not None:
+            return refusal
         with self._lock:
             try:
                 state = self._open(location)

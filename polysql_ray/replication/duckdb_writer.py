@@ -31,6 +31,7 @@ from polysql_ray.replication.base import (
     ForeignKeySpec, ReplicationError, TableChecksum, TableSpec, file_sha256, remove_path,
 )
 from polysql_ray.replication.certificate import ChecksumAccumulator
+from polysql_ray.replication.constraints import carryable_not_null, carryable_primary_keys
 from polysql_ray.replication.sqlite_reader import quote_ident as q
 
 STAGING = "polysql_staging"
@@ -76,8 +77,10 @@ class DuckDBWriter:
             con.execute(f"ATTACH ':memory:' AS {STAGING}")
             for t in tables:
                 self._stage(con, t, source, reader)
-            pks = self._carryable_pks(con, tables, dropped)
-            not_null = self._carryable_not_null(con, tables, dropped)
+            staged = lambda name: f"{STAGING}.{q(name)}"  # noqa: E731
+            count = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+            pks = carryable_primary_keys(tables, staged, count, dropped)
+            not_null = carryable_not_null(tables, staged, count, dropped)
             fks = self._carryable_fks(con, tables, pks, dropped)
             for t in self._order(tables, fks):
                 self._create_and_fill(con, t, pks, not_null, fks, dropped)
@@ -103,40 +106,6 @@ class DuckDBWriter:
             con.register("polysql_batch", batch)
             con.execute(f"INSERT INTO {STAGING}.{q(t.name)} SELECT * FROM polysql_batch")
             con.unregister("polysql_batch")
-
-    def _carryable_pks(self, con, tables, dropped) -> dict[str, tuple[str, ...]]:
-        out = {}
-        for t in tables:
-            if not t.primary_key:
-                continue
-            keys = ", ".join(q(c) for c in t.primary_key)
-            nulls = " OR ".join(f"{q(c)} IS NULL" for c in t.primary_key)
-            n_null = con.execute(f"SELECT count(*) FROM {STAGING}.{q(t.name)} WHERE {nulls}").fetchone()[0]
-            n_dup = con.execute(
-                f"SELECT count(*) FROM (SELECT {keys} FROM {STAGING}.{q(t.name)} "
-                f"GROUP BY ALL HAVING count(*) > 1)").fetchone()[0]
-            if n_null or n_dup:
-                dropped.append(f"PRIMARY KEY {t.name}({', '.join(t.primary_key)}): source data has "
-                               f"{n_null} NULL key rows and {n_dup} duplicated keys")
-            else:
-                out[t.name] = t.primary_key
-        return out
-
-    def _carryable_not_null(self, con, tables, dropped) -> dict[str, set[str]]:
-        out = {}
-        for t in tables:
-            keep = set()
-            for c in t.columns:
-                if not c.not_null:
-                    continue
-                n = con.execute(f"SELECT count(*) FROM {STAGING}.{q(t.name)} "
-                                f"WHERE {q(c.name)} IS NULL").fetchone()[0]
-                if n:
-                    dropped.append(f"NOT NULL {t.name}.{c.name}: source holds {n} NULLs")
-                else:
-                    keep.add(c.name)
-            out[t.name] = keep
-        return out
 
     def _carryable_fks(self, con, tables, pks, dropped) -> dict[str, list[tuple[ForeignKeySpec, str, tuple]]]:
         """table -> [(fk, resolved parent name, resolved parent columns)]."""

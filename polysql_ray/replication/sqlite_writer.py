@@ -48,6 +48,7 @@ from polysql_ray.replication.base import (
     ReplicationError, TableChecksum, TableSpec, file_sha256, remove_path,
 )
 from polysql_ray.replication.certificate import ChecksumAccumulator
+from polysql_ray.replication.constraints import carryable_not_null, carryable_primary_keys
 from polysql_ray.replication.sqlite_reader import quote_ident as q
 
 STAGING = "polysql_staging"
@@ -134,8 +135,10 @@ class SqliteWriter:
             con.execute(f"ATTACH ':memory:' AS {STAGING}")
             for t in tables:
                 self._stage(con, t, source, reader)
-            pks = self._carryable_pks(con, tables, dropped)
-            not_null = self._carryable_not_null(con, tables, dropped)
+            staged = lambda name: f"{STAGING}.{q(name)}"  # noqa: E731
+            count = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+            pks = carryable_primary_keys(tables, staged, count, dropped)
+            not_null = carryable_not_null(tables, staged, count, dropped)
             fks = self._carryable_fks(con, tables, dropped)
             con.execute("BEGIN")
             for t in tables:
@@ -168,40 +171,6 @@ class SqliteWriter:
 
     def _count(self, con, sql: str) -> int:
         return con.execute(sql).fetchone()[0]
-
-    def _carryable_pks(self, con, tables, dropped) -> dict[str, tuple[str, ...]]:
-        out = {}
-        for t in tables:
-            if not t.primary_key:
-                continue
-            src = f"{STAGING}.{q(t.name)}"
-            keys = ", ".join(q(c) for c in t.primary_key)
-            nulls = " OR ".join(f"{q(c)} IS NULL" for c in t.primary_key)
-            n_null = self._count(con, f"SELECT count(*) FROM {src} WHERE {nulls}")
-            n_dup = self._count(con, f"SELECT count(*) FROM (SELECT 1 FROM {src} "
-                                     f"GROUP BY {keys} HAVING count(*) > 1)")
-            if n_null or n_dup:
-                dropped.append(f"PRIMARY KEY {t.name}({', '.join(t.primary_key)}): source data has "
-                               f"{n_null} NULL key rows and {n_dup} duplicated keys")
-            else:
-                out[t.name] = t.primary_key
-        return out
-
-    def _carryable_not_null(self, con, tables, dropped) -> dict[str, set[str]]:
-        out = {}
-        for t in tables:
-            keep = set()
-            for c in t.columns:
-                if not c.not_null:
-                    continue
-                n = self._count(con, f"SELECT count(*) FROM {STAGING}.{q(t.name)} "
-                                     f"WHERE {q(c.name)} IS NULL")
-                if n:
-                    dropped.append(f"NOT NULL {t.name}.{c.name}: source holds {n} NULLs")
-                else:
-                    keep.add(c.name)
-            out[t.name] = keep
-        return out
 
     def _carryable_fks(self, con, tables, dropped) -> dict[str, list[tuple]]:
         """table -> [(child columns, parent name, parent columns)] that the data satisfies."""

@@ -1,0 +1,62 @@
+"""Which source constraints a copy can carry, checked against the staged data.
+
+Shared by the embedded-engine writers (DuckDB, SQLite), which stage every table first and then
+create the final tables with only the constraints the data really satisfies; each constraint
+left out is recorded as one sentence in the manifest (evaluation-notes section 3: keys are
+carried where the target supports them, never silently).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from polysql_ray.replication.base import TableSpec
+from polysql_ray.replication.sqlite_reader import quote_ident as q
+
+#: ``count(sql) -> int``: runs a ``SELECT count(*) ...`` on the staging connection.
+Count = Callable[[str], int]
+
+
+def carryable_primary_keys(tables: list[TableSpec], staged: Callable[[str], str], count: Count,
+                           dropped: list[str]) -> dict[str, tuple[str, ...]]:
+    """``{table: pk columns}`` for primary keys with no NULL and no duplicated key in the data.
+
+    Args:
+        tables: source tables (exact identifiers).
+        staged: table name -> quoted staging relation (``polysql_staging."T"``).
+        count: see :data:`Count`.
+        dropped: receives one sentence per primary key left out.
+    """
+    out = {}
+    for t in tables:
+        if not t.primary_key:
+            continue
+        src = staged(t.name)
+        keys = ", ".join(q(c) for c in t.primary_key)
+        nulls = " OR ".join(f"{q(c)} IS NULL" for c in t.primary_key)
+        n_null = count(f"SELECT count(*) FROM {src} WHERE {nulls}")
+        n_dup = count(f"SELECT count(*) FROM (SELECT 1 FROM {src} GROUP BY {keys} HAVING count(*) > 1)")
+        if n_null or n_dup:
+            dropped.append(f"PRIMARY KEY {t.name}({', '.join(t.primary_key)}): source data has "
+                           f"{n_null} NULL key rows and {n_dup} duplicated keys")
+        else:
+            out[t.name] = t.primary_key
+    return out
+
+
+def carryable_not_null(tables: list[TableSpec], staged: Callable[[str], str], count: Count,
+                       dropped: list[str]) -> dict[str, set[str]]:
+    """``{table: columns}`` whose declared NOT NULL the data satisfies (see
+    :func:`carryable_primary_keys` for the arguments)."""
+    out = {}
+    for t in tables:
+        keep = set()
+        for c in t.columns:
+            if not c.not_null:
+                continue
+            n = count(f"SELECT count(*) FROM {staged(t.name)} WHERE {q(c.name)} IS NULL")
+            if n:
+                dropped.append(f"NOT NULL {t.name}.{c.name}: source holds {n} NULLs")
+            else:
+                keep.add(c.name)
+        out[t.name] = keep
+    return out
