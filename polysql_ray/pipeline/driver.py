@@ -31,7 +31,7 @@ from polysql_ray.datasets.example import Example, SourceDatabase
 from polysql_ray.generation.base import GenStatus, Prediction
 from polysql_ray.pipeline.plan import Cell, ExecRequest, WorkItem, exec_key
 from polysql_ray.pipeline.progress import Progress
-from polysql_ray.pipeline.structural import run_structural
+from polysql_ray.pipeline.structural import StructuralJob
 from polysql_ray.store.parquet import ResultsStore, cell_key, score_key
 
 log = logging.getLogger("polysql_ray")
@@ -498,6 +498,9 @@ def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[Ru
             if items:
                 init_ray(cfg)
                 t0 = time.perf_counter()
+                # structural checks need no replica: they run while the copies are made
+                structural = StructuralJob(str(cfg["pipeline"].get("structural_check", "prove")),
+                                           int(cfg["pipeline"]["score_batch_size"])).submit(items)
                 locations.update(replicate(grid, items, cfg, progress, stats))
                 stats.stage_s["replicate"] = time.perf_counter() - t0
                 # second planning pass now that replica locations are known (cheap, no generation)
@@ -505,8 +508,7 @@ def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[Ru
                                             lambda ds, db, eng: _location(grid, locations, ds, db, eng),
                                             RunStats(run_id=run_id))
                 t0 = time.perf_counter()
-                stats.proven = run_structural(items, str(cfg["pipeline"].get("structural_check", "prove")),
-                                              int(cfg["pipeline"]["score_batch_size"]), progress)
+                stats.proven = structural.apply(items, progress)
                 stats.stage_s["structural"] = time.perf_counter() - t0
                 requests = _count_requests(items, requests, stats)
                 t0 = time.perf_counter()

@@ -43,40 +43,63 @@ def _prove_batch(pairs: list[tuple[str, str, str, str, str | None]]) -> list[str
     return out
 
 
-def run_structural(items: list[WorkItem], mode: str, batch_size: int = 256, progress=None) -> int:
-    """Decide ``item.structural`` for every item with a runnable prediction; in ``prove`` mode
-    drop the prediction's execution for proven items. Returns the number proven.
+class StructuralJob:
+    """Structural checks in flight: :meth:`submit` them as Ray tasks (they need no replica, so
+    the driver overlaps them with replication), then :meth:`apply` the decisions to the work
+    items of the final plan.
 
     Errors: ``ValueError`` for an unknown mode.
     """
-    from polysql_ray.engines.registry import default_dialect
 
-    if mode not in MODES:
-        raise ValueError(f"pipeline.structural_check must be one of {MODES}, got {mode!r}")
-    if mode == "off":
-        return 0
-    pairs: dict[tuple, list[WorkItem]] = {}
-    for it in items:
-        if it.gold is None or it.pred is None:
-            continue
-        ex = it.example
-        schema_path = ex.database.location if ex.source_engine == "sqlite" else None
-        key = (ex.gold_sql, ex.gold_dialect, it.prediction.pred_sql, default_dialect(it.cell.target_engine), schema_path)
-        pairs.setdefault(key, []).append(it)
-    keys = list(pairs)
-    task = progress.add("structural", len(keys)) if progress else None
-    refs = [(_prove_batch.options(num_cpus=0.25).remote(keys[i:i + batch_size]), i)
-            for i in range(0, len(keys), batch_size)]
-    proven = 0
-    for ref, start in refs:
-        for key, decision in zip(keys[start:start + batch_size], ray.get(ref)):
-            for it in pairs[key]:
-                it.structural = decision
-                if decision == "equivalent":
-                    proven += 1
-                    if mode == "prove":
-                        it.pred = None
-                        it.deps = tuple(d for d in (it.gold, it.probe) if d is not None)
-        if progress:
-            progress.advance(task, min(batch_size, len(keys) - start))
-    return proven
+    def __init__(self, mode: str, batch_size: int = 256) -> None:
+        if mode not in MODES:
+            raise ValueError(f"pipeline.structural_check must be one of {MODES}, got {mode!r}")
+        self.mode, self.batch_size = mode, batch_size
+        self.keys: list[tuple] = []
+        self.refs: list = []
+        self.pair_of: dict[str, tuple] = {}
+
+    def submit(self, items: list[WorkItem]) -> "StructuralJob":
+        """Start checking every item whose gold can run and whose prediction has SQL."""
+        from polysql_ray.engines.registry import default_dialect
+
+        if self.mode == "off":
+            return self
+        seen: dict[tuple, None] = {}
+        for it in items:
+            ex, pred = it.example, it.prediction
+            if it.gold is None or pred.status.value != "ok" or not pred.pred_sql.strip():
+                continue
+            schema_path = ex.database.location if ex.source_engine == "sqlite" else None
+            key = (ex.gold_sql, ex.gold_dialect, pred.pred_sql, default_dialect(it.cell.target_engine), schema_path)
+            self.pair_of[it.key] = key
+            seen.setdefault(key, None)
+        self.keys = list(seen)
+        self.refs = [_prove_batch.options(num_cpus=0.25).remote(self.keys[i:i + self.batch_size])
+                     for i in range(0, len(self.keys), self.batch_size)]
+        return self
+
+    def apply(self, items: list[WorkItem], progress=None) -> int:
+        """Wait for the decisions, set ``item.structural``; in ``prove`` mode drop the
+        prediction's execution for proven items. Returns the number of items proven."""
+        if self.mode == "off":
+            return 0
+        task = progress.add("structural", len(self.keys)) if progress else None
+        decision: dict[tuple, str] = {}
+        for n, ref in enumerate(self.refs):
+            start = n * self.batch_size
+            decision.update(zip(self.keys[start:start + self.batch_size], ray.get(ref)))
+            if progress:
+                progress.advance(task, min(self.batch_size, len(self.keys) - start))
+        proven = 0
+        for it in items:
+            key = self.pair_of.get(it.key)
+            if key is None or it.pred is None:
+                continue
+            it.structural = decision[key]
+            if it.structural == "equivalent":
+                proven += 1
+                if self.mode == "prove":
+                    it.pred = None
+                    it.deps = tuple(d for d in (it.gold, it.probe) if d is not None)
+        return proven
