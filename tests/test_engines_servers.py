@@ -55,6 +55,9 @@ HOSTILE = {
         ("SET GLOBAL max_connections = 1", {S.REJECTED}),
         ("SELECT SLEEP(30)", {S.TIMEOUT}),
         ("SELECT BENCHMARK(100000000000, MD5('a'))", {S.TIMEOUT}),
+        # MariaDB would silently stop at max_recursive_iterations (1000) and answer 1000
+        ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r",
+         {S.TIMEOUT}),
         ("SELECT count(*) FROM information_schema.columns a, information_schema.columns b, "
          "information_schema.columns c", {S.TIMEOUT}),
     ],

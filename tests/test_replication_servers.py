@@ -88,3 +88,16 @@ def test_reader_can_only_read_replicas(tmp_path):
         grants = " ".join(r[0] for r in cur.fetchall())
     assert "ALL PRIVILEGES" not in grants and "FILE" not in grants
     assert f"GRANT SELECT ON `{rep.location}`.*" in grants
+
+
+@pytest.mark.parametrize("target", ["postgres", "mysql"])
+def test_parallel_replication_tasks_do_not_collide_on_the_reader_account(target, tmp_path):
+    """A sweep replicates many databases at once, each task setting up the shared reader
+    account; PostgreSQL answered 'tuple concurrently updated' before the DDL was serialized."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    dbs = ["concert_singer", "pets_1", "poker_player", "singer", "orchestra", "tvshow"]
+    with ThreadPoolExecutor(len(dbs)) as pool:
+        replicas = list(pool.map(lambda db: replicate(_src(db), target, tmp_path, force=True), dbs))
+    assert [r.db_id for r in replicas] == dbs
+    assert all(not r.reused and r.manifest.checksums for r in replicas)

@@ -198,9 +198,14 @@ class MySQLEngine:
     def _open(self) -> _Conn:
         raw = connect_raw(self.settings)
         conn = _Conn(raw, server_flavour(raw))
-        if self.settings.sql_mode is not None:
-            with raw.cursor() as cur:
+        with raw.cursor() as cur:
+            if self.settings.sql_mode is not None:
                 cur.execute("SET SESSION sql_mode = %s", (self.settings.sql_mode,))
+            if conn.flavour == "mariadb":
+                # MariaDB silently *truncates* a recursive CTE at max_recursive_iterations
+                # (1000 here) and returns rows as if complete; lift it so a runaway query meets
+                # the timeout instead of looking like an answer (MySQL errors out: 3636).
+                cur.execute("SET SESSION max_recursive_iterations = 4294967295")
         return conn
 
     def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:

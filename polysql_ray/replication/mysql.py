@@ -150,7 +150,12 @@ class MySQLWriter:
                         raise ReplicationError(
                             f"{location}: table names differ only in case and the server has "
                             f"lower_case_table_names={lctn}")
-                account = ensure_reader_user(self.settings, cur, flavour)
+                # parallel replication tasks: serialize the account DDL across connections
+                cur.execute("SELECT GET_LOCK('polysql_ray:reader_user', 60)")
+                try:
+                    account = ensure_reader_user(self.settings, cur, flavour)
+                finally:
+                    cur.execute("SELECT RELEASE_LOCK('polysql_ray:reader_user')")
                 cur.execute(f"DROP DATABASE IF EXISTS {db}")
                 cur.execute(f"CREATE DATABASE {db} CHARACTER SET utf8mb4")
                 conn.select_db(location)

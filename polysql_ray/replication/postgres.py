@@ -148,7 +148,11 @@ class PostgresWriter:
         if not self._ready:
             ensure_database(self.settings)
             with pg_engine.connect(self.settings, admin=True) as c:
-                ensure_reader_role(self.settings, c)
+                # replication tasks run in parallel: serialize the role DDL across processes
+                # (concurrent ALTER ROLE fails with "tuple concurrently updated")
+                with c.transaction():
+                    c.execute("SELECT pg_advisory_xact_lock(hashtext('polysql_ray:reader_role'))")
+                    ensure_reader_role(self.settings, c)
             self._ready = True
         return pg_engine.connect(self.settings, admin=True)
 
