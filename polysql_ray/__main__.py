@@ -47,6 +47,12 @@ def _run(cfg: DictConfig) -> int:
         console.print(f"structural proofs: {stats.proven} predictions proven equivalent "
                       f"({'not executed' if plain['pipeline'].get('structural_check') == 'prove' else 'executed too'})")
     console.print(f"store: {root}/scores/**/*.parquet  EX table: {csv_path}  run: {root}/runs/{stats.run_id}")
+    if stats.errors:
+        for line in stats.errors:
+            print(f"polysql_ray: error: {line}", file=sys.stderr)
+        print("polysql_ray: the work that needed these copies was not scored; fix the cause and rerun "
+              "(everything scored above is kept)", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -2,15 +2,34 @@
 from __future__ import annotations
 
 #: Exception class names whose message already names what to fix; printed without a traceback.
-USER_ERRORS = ("ConfigError", "DatasetError", "GeneratorError", "ReplicationError", "FileNotFoundError",
-               "ConfigCompositionException", "ServerUnavailable", "PredictionFileError")
+USER_ERRORS = ("ConfigError", "DatasetError", "GeneratorConfigError", "ReplicationError", "ReplayError",
+               "StoreError", "FileNotFoundError", "ConfigCompositionException", "ServerUnavailable")
+
+#: How to bring up each server engine on a machine like the CI one (README "Two commands").
+SERVER_START = {
+    "postgres": "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
+    "mysql": "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+}
+
+_UNREACHABLE = ("connection refused", "can't connect", "could not connect", "is the server running",
+                "timeout expired", "connection timed out", "no route to host")
+
+
+def server_hint(engine: str, message: str) -> str:
+    """A hint to append when ``message`` says the server of ``engine`` cannot be reached."""
+    if engine in SERVER_START and any(s in message.lower() for s in _UNREACHABLE):
+        return (f" (is the {engine} server running? check engines.{engine}.host/port; "
+                f"start it with: {SERVER_START[engine]})")
+    return ""
 
 
 def user_error_message(exc: BaseException) -> str | None:
     """The message to print for a user error (walking ``__cause__``), else None."""
     seen = exc
+    if isinstance(exc, OSError) and type(exc).__name__ == "StoreError":
+        return str(exc)
     while seen is not None:
-        if type(seen).__name__ in USER_ERRORS or (isinstance(seen, RuntimeError) and str(seen).startswith("replication failed")):
+        if type(seen).__name__ in USER_ERRORS:
             return str(seen)
         seen = seen.__cause__
     return None

@@ -127,3 +127,19 @@ def test_structural_proofs_skip_executions_and_never_disagree(quickstart_run, tm
                    f"WHERE structural = 'equivalent'").fetchall()
     assert len(rows) == stats.proven
     assert all(v == "pass" and t == "structural:equivalent>execution:pass" for v, t in rows), rows
+
+
+def test_dead_server_scores_the_rest_and_names_the_address(ray_session, tmp_path):
+    """A target server that cannot be reached costs only its own cells: the others are scored
+    and stored, the error names host and port and how to start the server, and a rerun
+    retries only what is missing."""
+    cfg, loader, text = compose(["+sweep=quickstart", f"results_dir={tmp_path}", "progress=false",
+                                 "sweep.models=[{name: gold, generator: gold}]",
+                                 "dialects=[sqlite,postgres]", "engines.postgres.port=5999"])
+    stats, table = run(cfg, loader, text)
+    assert stats.items_scored == 34  # sqlite only
+    assert {r["dialect"] for r in table.to_pylist()} == {"sqlite"}
+    assert stats.errors and all("5999" in e and "postgres" in e for e in stats.errors[:2])
+    assert any("pg_ctlcluster" in e for e in stats.errors)
+    stats2, _ = run(cfg, loader, text)
+    assert stats2.items_skipped == 34 and stats2.items_scored == 0 and stats2.errors

@@ -131,7 +131,7 @@ class ReplayGenerator:
         if n != expected and not self.allow_partial:
             raise ReplayError(
                 f"prediction file {self.path} has {n} lines but the dataset has {expected} examples; "
-                "one SQL per line in dataset order is required (set allow_partial: true to score the "
+                "one SQL per line in dataset order is required (set model.allow_partial=true to score the "
                 "missing ones as 'missing')")
         out: list[_Row | None] = []
         for e in examples:
@@ -159,7 +159,7 @@ class ReplayGenerator:
             raise ReplayError(
                 f"prediction file {self.path} answers {len(examples) - len(missing)} of {len(examples)} "
                 f"examples for dialect {dialect!r}; missing question_ids: {missing[:10]}"
-                f"{' ...' if len(missing) > 10 else ''} (set allow_partial: true to score them as 'missing')")
+                f"{' ...' if len(missing) > 10 else ''} (set model.allow_partial=true to score them as 'missing')")
         return out
 
     def _prediction(self, e: Example, row: _Row | None) -> Prediction:

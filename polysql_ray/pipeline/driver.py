@@ -28,6 +28,7 @@ from typing import Any
 import ray
 
 from polysql_ray.datasets.example import Example, SourceDatabase
+from polysql_ray.errors import server_hint
 from polysql_ray.generation.base import GenStatus, Prediction
 from polysql_ray.pipeline.plan import Cell, ExecRequest, WorkItem, exec_key
 from polysql_ray.pipeline.progress import Progress
@@ -69,6 +70,8 @@ class RunStats:
     exec_unique: dict = field(default_factory=lambda: collections.Counter())
     engine_s: dict = field(default_factory=lambda: collections.defaultdict(float))
     replicas: int = 0
+    failed_replicas: set = field(default_factory=set)
+    errors: list = field(default_factory=list)
     proven: int = 0
     generation: Any = None
     replicate_s: float = 0.0
@@ -233,8 +236,10 @@ def replicate(grid: Grid, items: list[WorkItem], cfg: dict, progress: Progress, 
     """Ensure a verified copy of every source database needed by ``items`` in every target
     engine other than its source engine. Returns ``{(dataset, db_id, engine): location}``.
 
-    Copies whose manifest matches are reused (seconds); a failed copy raises with the
-    database and table named (the copy's own message), before any prediction is executed.
+    Copies whose manifest matches are reused (seconds). A copy that fails (dead server,
+    data that does not verify) is reported in ``stats.errors`` with the database, engine and
+    the engine's own message; the driver then leaves exactly the work that needed it
+    unscored (a rerun retries it) and scores everything else.
     """
     needed: dict[tuple[str, str, str], SourceDatabase] = {}
     for cell in {it.cell for it in items}:
@@ -260,18 +265,34 @@ def replicate(grid: Grid, items: list[WorkItem], cfg: dict, progress: Progress, 
             replica, _ = ray.get(done[0])
             locations[key] = replica.location
         except Exception as exc:  # noqa: BLE001 — reported with the database named
-            errors.append(f"{key[0]}/{key[1]} -> {key[2]}: {_root_message(exc)}")
+            stats.failed_replicas.add(key)
+            errors.append(f"replicating {key[0]}/{key[1]} into {key[2]} failed: {_root_message(exc)}"
+                          f"{server_hint(key[2], str(exc))}")
         progress.advance(task)
     stats.replicas = len(locations)
     stats.replicate_s = time.perf_counter() - t0
-    if errors:
-        raise RuntimeError("replication failed (nothing was scored for these databases):\n  " + "\n  ".join(errors))
+    stats.errors.extend(_fold(errors))
     return locations
 
 
 def _root_message(exc: BaseException) -> str:
+    """The engine's own message on one line (every line kept: the first names host and port)."""
     cause = getattr(exc, "cause", None)
-    return str(cause if cause is not None else exc).strip().splitlines()[-1]
+    lines = [ln.strip() for ln in str(cause if cause is not None else exc).strip().splitlines() if ln.strip()]
+    return " ".join(lines)[:600]
+
+
+def _fold(errors: list[str], keep: int = 3) -> list[str]:
+    """Many databases failing for one reason (a dead server) read as one error, not nineteen."""
+    by_engine: dict[str, list[str]] = collections.defaultdict(list)
+    for e in errors:
+        by_engine[e.split(" into ", 1)[1].split(" ", 1)[0]].append(e)
+    out = []
+    for engine, errs in sorted(by_engine.items()):
+        out.extend(errs[:keep])
+        if len(errs) > keep:
+            out.append(f"... and {len(errs) - keep} more databases into {engine}")
+    return out
 
 
 def _server_settings(cfg: dict, engine: str) -> dict | None:
@@ -507,6 +528,9 @@ def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[Ru
                 items, requests = plan_work(grid, grid.cells, stored, predictions_for,
                                             lambda ds, db, eng: _location(grid, locations, ds, db, eng),
                                             RunStats(run_id=run_id))
+                if stats.failed_replicas:  # leave that work unscored: a rerun retries it
+                    items = [it for it in items if (it.cell.dataset, it.example.db_id, it.cell.target_engine)
+                             not in stats.failed_replicas]
                 t0 = time.perf_counter()
                 stats.proven = structural.apply(items, progress)
                 stats.stage_s["structural"] = time.perf_counter() - t0

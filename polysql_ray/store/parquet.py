@@ -58,13 +58,17 @@ def _safe(name: str) -> str:
     return _SAFE.sub("_", name)[:80] or "_"
 
 
+class StoreError(OSError):
+    """The results folder cannot be created or written; the message names ``results_dir``."""
+
+
 class ResultsStore:
     """Append-only Parquet store of score rows.
 
     Args:
         results_dir: root folder; created when missing.
 
-    Errors: ``OSError`` when the folder cannot be created or written (message names the path).
+    Errors: :class:`StoreError` when the folder cannot be created (message names the path).
     """
 
     def __init__(self, results_dir: str | os.PathLike) -> None:
@@ -73,7 +77,8 @@ class ResultsStore:
         try:
             self.scores_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise OSError(f"cannot create results_dir {self.root}: {exc}; set results_dir=<writable folder>") from exc
+            raise StoreError(f"cannot create results_dir {self.root}: {exc.strerror or exc}; "
+                             f"set results_dir=<writable folder>") from exc
 
     # -- reading --------------------------------------------------------------------------
     def files(self) -> list[Path]:
