@@ -212,3 +212,22 @@ def test_duckdb_binder_errors_are_typed_by_cause(tmp_path):
     got = {sql: e.execute(str(path), sql, LIMITS).status for sql in cases}
     e.close()
     assert got == cases
+
+
+def test_one_huge_value_is_too_large(tmp_path):
+    """A single enormous value (repeat('x', 1e7)) is as bad as too many rows: limits.max_bytes
+    turns it into too_large before it travels to scoring (found by a hostile-user run)."""
+    from polysql_ray.engines.duckdb import DuckDBEngine
+
+    path = tmp_path / "h.duckdb"
+    import duckdb as _duckdb
+
+    _duckdb.connect(str(path)).close()
+    e = DuckDBEngine()
+    lim = Limits(timeout_s=10, row_cap=10, max_bytes=1_000_000)
+    big = lim.enforce(e.execute(str(path), "SELECT repeat('x', 10000000) AS s", lim))
+    small = lim.enforce(e.execute(str(path), "SELECT repeat('x', 1000) AS s", lim))
+    e.close()
+    assert big.status is ExecStatus.TOO_LARGE and "max_bytes" in big.error
+    assert small.status is ExecStatus.OK
+    assert Limits(timeout_s=2).fingerprint() != Limits().fingerprint()

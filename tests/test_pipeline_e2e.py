@@ -93,6 +93,12 @@ def test_policy_override_makes_new_cells(quickstart_run):
                                  "dialects=[sqlite]"])
     stats, table = run(cfg, loader, text)
     assert stats.items_scored == 34 and stats.items_skipped == 0
+    # so is a different timeout: it can turn a pass into a timeout
+    cfg, loader, text = compose(["+sweep=quickstart", f"results_dir={out}", "progress=false",
+                                 "sweep.models=[{name: gold, generator: gold}]", "dialects=[sqlite]",
+                                 "limits.timeout_s=5"])
+    stats, table = run(cfg, loader, text)
+    assert stats.items_scored == 34 and stats.items_skipped == 0
 
 
 def test_bad_config_names_the_key(tmp_path):

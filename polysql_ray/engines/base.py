@@ -41,10 +41,28 @@ class Limits:
     Attributes:
         timeout_s: wall-clock seconds after which the engine interrupts the query.
         row_cap: maximum rows a result set may have; more gives ``too_large``.
+        max_bytes: maximum size of a result set in bytes (Arrow buffers); more gives
+            ``too_large`` (one huge value, e.g. ``repeat('x', 1e9)``, is as bad as many rows).
+            Checked once the engine has returned the table, so it bounds what travels to
+            scoring and the store, not the engine's own memory.
     """
 
     timeout_s: float = 30.0
     row_cap: int = 100_000
+    max_bytes: int = 128 * 1024 * 1024
+
+    def fingerprint(self) -> str:
+        """Identity of the limits (part of every results-store cell key: a different timeout
+        can change a verdict)."""
+        return f"t{self.timeout_s:g}-r{self.row_cap}-b{self.max_bytes}"
+
+    def enforce(self, result: "ExecutionResult") -> "ExecutionResult":
+        """``result``, or ``too_large`` when its table exceeds :attr:`max_bytes`."""
+        if result.table is not None and result.table.nbytes > self.max_bytes:
+            return ExecutionResult.failure(
+                ExecStatus.TOO_LARGE, f"result set of {result.table.nbytes} bytes exceeds "
+                f"limits.max_bytes={self.max_bytes}", result.elapsed_s)
+        return result
 
 
 @dataclass

@@ -43,7 +43,7 @@ class ExecutionActor:
         for location, sql in requests:
             t0 = time.perf_counter()
             try:
-                res = self.engine.execute(location, sql, self.limits)
+                res = self.limits.enforce(self.engine.execute(location, sql, self.limits))
             except Exception as exc:  # an engine bug must not kill the batch: keep it visible
                 res = ExecutionResult.failure(ExecStatus.RUNTIME, f"engine raised {type(exc).__name__}: {exc}")
             engine_s += time.perf_counter() - t0

@@ -28,6 +28,7 @@ from typing import Any
 import ray
 
 from polysql_ray.datasets.example import Example, SourceDatabase
+from polysql_ray.engines.base import Limits
 from polysql_ray.errors import server_hint
 from polysql_ray.generation.base import GenStatus, Prediction
 from polysql_ray.pipeline.plan import Cell, ExecRequest, WorkItem, exec_key
@@ -117,6 +118,7 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
         raise ConfigError(f"every model needs a unique `name`; got {names}")
 
     policy = ComparisonPolicy.from_config(cfg.get("policy") or {})
+    limits_fp = Limits(**(cfg.get("limits") or {})).fingerprint()
     datasets, sources = {}, {}
     for dcfg in ds_cfgs:
         examples, srcs = load_dataset(dcfg), dataset_sources(dcfg)
@@ -133,7 +135,7 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
             for dialect in dialects:
                 for level in (levels if getattr(gen, "uses_prompts", False) else ["-"]):
                     cells.append(Cell(
-                        key=cell_key(m["name"], fp, ds, dialect, level, policy.fingerprint()),
+                        key=cell_key(m["name"], fp, ds, dialect, level, policy.fingerprint(), limits_fp),
                         model=m["name"], generator=m.get("generator", "?"), generator_fingerprint=fp,
                         dataset=ds, dialect=dialect, target_engine=engine_for_dialect(dialect),
                         instruction_level=level))

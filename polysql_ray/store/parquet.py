@@ -38,12 +38,13 @@ def stable_hash(*parts: object, n: int = 32) -> str:
 
 
 def cell_key(model: str, generator_fingerprint: str, dataset: str, dialect: str,
-             instruction_level: str, policy_fingerprint: str) -> str:
+             instruction_level: str, policy_fingerprint: str, limits_fingerprint: str = "") -> str:
     """Deterministic key of one run cell (model x dataset x dialect x instruction level),
     including everything that could change a score: the generator's fingerprint (prediction
-    file hash, model revision, sampling parameters) and the comparison policy's fingerprint."""
+    file hash, model revision, sampling parameters), the comparison policy's fingerprint and
+    the sandbox limits (a shorter timeout can turn a pass into a timeout)."""
     return stable_hash("cell-v1", model, generator_fingerprint, dataset, dialect,
-                       instruction_level, policy_fingerprint)
+                       instruction_level, policy_fingerprint, limits_fingerprint)
 
 
 def score_key(cell: str, question_id: str) -> str:

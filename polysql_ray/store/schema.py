@@ -1,7 +1,7 @@
 """Arrow schema of one row in ``<results_dir>/scores/**/*.parquet``: one scored prediction.
 
 Key: ``key = sha256(cell_key, question_id)``, ``cell_key = sha256(model, generator fingerprint,
-dataset, dialect, instruction_level, comparison policy fingerprint)``. A rerun of the same sweep
+dataset, dialect, instruction_level, comparison policy fingerprint, sandbox limits)``. A rerun of the same sweep
 finds every key already stored and skips it.
 
 Verdict vocabulary (stored verbatim):
