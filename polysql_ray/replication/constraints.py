@@ -60,3 +60,28 @@ def carryable_not_null(tables: list[TableSpec], staged: Callable[[str], str], co
                 keep.add(c.name)
         out[t.name] = keep
     return out
+
+
+def resolve_foreign_key(table: TableSpec, fk, by_name: dict[str, TableSpec]):
+    """Resolve one source foreign key against the copied tables, as SQLite resolves it
+    (exact name first, then the unique case-insensitive match; ``REFERENCES t`` without
+    columns means t's primary key).
+
+    Returns ``(what, parent_name, parent_columns, child_columns, problem)``: ``what`` names the
+    constraint for the manifest; ``problem`` is None when it can be created, else the reason it
+    is dropped.
+    """
+    from polysql_ray.replication.postgres import resolve_name
+
+    what = (f"FOREIGN KEY {table.name}({', '.join(fk.columns)}) REFERENCES "
+            f"{fk.ref_table}({', '.join(fk.ref_columns)})")
+    parent_name = resolve_name(fk.ref_table, by_name)
+    if parent_name is None:
+        return what, None, [], [], "referenced table does not exist"
+    parent = by_name[parent_name]
+    ref_cols = fk.ref_columns or parent.primary_key
+    pcols = [resolve_name(c, [x.name for x in parent.columns]) for c in ref_cols]
+    ccols = [resolve_name(c, [x.name for x in table.columns]) for c in fk.columns]
+    if not ref_cols or None in pcols or None in ccols or len(pcols) != len(ccols):
+        return what, parent_name, pcols, ccols, "a referenced or referencing column does not exist"
+    return what, parent_name, pcols, ccols, None

@@ -38,6 +38,7 @@ from polysql_ray.datasets.example import SourceDatabase
 from polysql_ray.engines import mysql as my_engine
 from polysql_ray.engines.servers import ServerSettings, replica_name
 from polysql_ray.replication import typemap
+from polysql_ray.replication.constraints import resolve_foreign_key
 from polysql_ray.replication.base import ReplicationError, TableChecksum, TableSpec
 from polysql_ray.replication.certificate import ChecksumAccumulator
 from polysql_ray.replication.postgres import content_fingerprint, resolve_name
@@ -224,18 +225,9 @@ class MySQLWriter:
                           f"NOT NULL {t.name}.{c.name}", dropped)
         by_name = {x.name: x for x in tables}
         for fk in t.foreign_keys:
-            what = (f"FOREIGN KEY {t.name}({', '.join(fk.columns)}) REFERENCES "
-                    f"{fk.ref_table}({', '.join(fk.ref_columns)})")
-            parent_name = resolve_name(fk.ref_table, by_name)
-            if parent_name is None:
-                dropped.append(f"{what}: referenced table does not exist")
-                continue
-            parent = by_name[parent_name]
-            ref_cols = fk.ref_columns or parent.primary_key
-            pcols = [resolve_name(c, [x.name for x in parent.columns]) for c in ref_cols]
-            ccols = [resolve_name(c, [x.name for x in t.columns]) for c in fk.columns]
-            if not ref_cols or None in pcols or None in ccols or len(pcols) != len(ccols):
-                dropped.append(f"{what}: a referenced or referencing column does not exist")
+            what, parent_name, pcols, ccols, problem = resolve_foreign_key(t, fk, by_name)
+            if problem:
+                dropped.append(f"{what}: {problem}")
                 continue
             if long_cols & set(ccols) or {(parent_name, c) for c in pcols} & too_long:
                 dropped.append(f"{what}: text longer than {KEY_TEXT_MAX_CHARS} characters "
