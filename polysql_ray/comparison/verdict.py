@@ -54,6 +54,7 @@ class Verdict:
 
     @property
     def correct(self) -> bool:
+        """EX credit: True exactly for a ``pass``."""
         return self.verdict == "pass"
 
 

@@ -84,6 +84,7 @@ class ExecutionResult:
 
     @property
     def ok(self) -> bool:
+        """True when the statement ran and ``table`` holds its result set."""
         return self.status is ExecStatus.OK
 
     def __reduce__(self):
@@ -100,6 +101,7 @@ class ExecutionResult:
 
     @classmethod
     def failure(cls, status: ExecStatus, error: str, elapsed_s: float = 0.0) -> "ExecutionResult":
+        """A result without a table: ``status`` with the engine message cut to 2,000 characters."""
         return cls(status=status, table=None, error=(error or "")[:2000], elapsed_s=elapsed_s)
 
 

@@ -14,6 +14,8 @@ from polysql_ray.datasets.example import Example
 
 
 class GenStatus(str, enum.Enum):
+    """Outcome of generating one prediction (stored verbatim as ``gen_status``)."""
+
     OK = "ok"
     NO_SQL = "no_sql"          # output contained no SQL statement
     TRUNCATED = "truncated"    # output hit the token limit mid-statement

@@ -52,6 +52,7 @@ class ExecutionActor:
         return tuple(out)
 
     def ping(self) -> str:
+        """The engine name (a readiness probe)."""
         return self.engine.name
 
 

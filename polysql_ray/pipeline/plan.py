@@ -82,4 +82,5 @@ class WorkItem:
 
     @property
     def proven(self) -> bool:
+        """The structural check proved the prediction equivalent to the gold."""
         return self.structural == "equivalent"

@@ -28,8 +28,10 @@ class Progress:
             self._p.stop()
 
     def add(self, stage: str, total: int) -> int:
+        """A new bar for ``stage`` with ``total`` steps; returns its task id (0 when disabled)."""
         return self._p.add_task(stage, total=total) if self._p else 0
 
     def advance(self, task: int, n: int = 1) -> None:
+        """Advance bar ``task`` by ``n`` steps."""
         if self._p:
             self._p.advance(task, n)
