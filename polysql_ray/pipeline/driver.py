@@ -34,7 +34,7 @@ from polysql_ray.generation.base import GenStatus, Prediction
 from polysql_ray.pipeline.plan import Cell, ExecRequest, WorkItem, exec_key
 from polysql_ray.pipeline.progress import Progress
 from polysql_ray.pipeline.structural import StructuralJob
-from polysql_ray.store.parquet import ResultsStore, cell_key, score_key
+from polysql_ray.store.parquet import BufferedWriter, ResultsStore, cell_key, score_key
 
 log = logging.getLogger("polysql_ray")
 
@@ -397,38 +397,41 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
 
     submit_exec()
     submit_scores()
-    while exec_inflight or score_inflight or ready:
-        waitable = list(exec_inflight) + list(score_inflight)
-        done, _ = ray.wait(waitable, num_returns=1, timeout=5.0)
-        for ref in done:
-            if ref in exec_inflight:
-                engine, a, keys = exec_inflight.pop(ref)
-                inflight_per_actor[(engine, a)] -= 1
-                st = ray.get(ref)
-                stats.engine_s[engine] += st["engine_s"]
-                progress.advance(ptasks[engine], st["n"])
-                for k in keys:
-                    for b in waiting_on.pop(k, ()):
-                        missing[b] -= 1
-                        if missing[b] == 0:
-                            ready.append(b)
-            else:
-                b = score_inflight.pop(ref)
-                table = ray.get(ref)
-                store.append(table)
-                stats.items_scored += table.num_rows
-                progress.advance(stask, table.num_rows)
-                # release result sets no later batch needs
-                for d in {d for it in batches[b] for d in it.deps}:
-                    users[d] -= 1
-                    if users[d] == 0:
-                        ref_of.pop(d, None)
-                batches[b] = []
-        submit_exec()
-        submit_scores()
-    for pool in actors.values():
-        for a in pool:
-            ray.kill(a)
+    try:
+        with BufferedWriter(store, int(pcfg.get("flush_rows", 5000))) as writer:
+            while exec_inflight or score_inflight or ready:
+                waitable = list(exec_inflight) + list(score_inflight)
+                done, _ = ray.wait(waitable, num_returns=1, timeout=5.0)
+                for ref in done:
+                    if ref in exec_inflight:
+                        engine, a, keys = exec_inflight.pop(ref)
+                        inflight_per_actor[(engine, a)] -= 1
+                        st = ray.get(ref)
+                        stats.engine_s[engine] += st["engine_s"]
+                        progress.advance(ptasks[engine], st["n"])
+                        for k in keys:
+                            for b in waiting_on.pop(k, ()):
+                                missing[b] -= 1
+                                if missing[b] == 0:
+                                    ready.append(b)
+                    else:
+                        b = score_inflight.pop(ref)
+                        table = ray.get(ref)
+                        writer.add(table)
+                        stats.items_scored += table.num_rows
+                        progress.advance(stask, table.num_rows)
+                        # release result sets no later batch needs
+                        for d in {d for it in batches[b] for d in it.deps}:
+                            users[d] -= 1
+                            if users[d] == 0:
+                                ref_of.pop(d, None)
+                        batches[b] = []
+                submit_exec()
+                submit_scores()
+    finally:
+        for pool in actors.values():
+            for a in pool:
+                ray.kill(a)
 
 
 def _check_fits(cfg: dict, engines: list[str]) -> None:
