@@ -268,3 +268,32 @@ def test_judge_hook_builds_prompt_and_parses():
                                            "invalid_evaluation")]
     assert order == sorted(order)
     assert judge_error_class(row, lambda p: "no idea").label == "unparsed"
+
+
+def test_gold_generator_is_left_out_of_the_statistics_by_default(tmp_path):
+    """The gold generator is a pipeline sanity check, not a model: it must not enter pooled
+    kappa/McNemar or rankings unless asked for."""
+    import datetime as _dt
+
+    import pyarrow as _pa
+    import pyarrow.parquet as _pq
+
+    from polysql_ray.statistics.load import load_scores
+    from polysql_ray.store.schema import SCORE_SCHEMA
+
+    now = _dt.datetime.now(_dt.timezone.utc)
+    rows = []
+    for gen, model in (("gold", "gold"), ("replay", "m1")):
+        for q in range(10):
+            rows.append({f.name: None for f in SCORE_SCHEMA} | {
+                "key": f"{model}{q}", "cell_key": model, "model": model, "generator": gen,
+                "dataset": "d", "dialect": "sqlite", "instruction_level": "-", "question_id": str(q),
+                "correct": True, "verdict": "pass", "reason": "match", "scored_at": now})
+    (tmp_path / "scores").mkdir()
+    _pq.write_table(_pa.Table.from_pylist(rows, schema=SCORE_SCHEMA), tmp_path / "scores" / "p.parquet")
+    con, _ = load_scores(tmp_path, exclude_generators=("gold",))
+    assert con.execute("SELECT DISTINCT model FROM scores").fetchall() == [("m1",)]
+    con, _ = load_scores(tmp_path)
+    assert con.execute("SELECT count(DISTINCT model) FROM scores").fetchall() == [(2,)]
+    from polysql_ray.statistics.summary import StatsConfig
+    assert StatsConfig().exclude_generators == ("gold",)

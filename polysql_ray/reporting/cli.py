@@ -12,6 +12,8 @@ CONFIG_KEYS = {
     "ci": str,
     "p_adjust": lambda s: None if s.lower() in ("", "none", "null") else s,
     "policy_version": str,
+    # comma-separated generators to leave out ("" keeps all); default: gold
+    "exclude_generators": lambda s: tuple(x for x in s.split(",") if x),
 }
 
 

@@ -111,6 +111,7 @@ def load_scores(
     con: duckdb.DuckDBPyConnection | None = None,
     policy_version: str | None = None,
     counting: CountingPolicy = DEFAULT_COUNTING,
+    exclude_generators: tuple[str, ...] = (),
 ) -> tuple[duckdb.DuckDBPyConnection, LoadSummary]:
     """Create the deduplicated temp table ``scores`` in a DuckDB connection.
 
@@ -119,6 +120,7 @@ def load_scores(
         con: connection to use; a new in-memory one when None.
         policy_version: keep only rows scored under this comparison policy version.
         counting: the counting policy that defines the derived columns.
+        exclude_generators: leave out rows whose ``generator`` is one of these (``gold``).
 
     Returns:
         ``(con, summary)``. Table ``scores`` has all store columns plus
@@ -131,9 +133,12 @@ def load_scores(
     files = store_files(results_dir)
     con = con or duckdb.connect()
     file_list = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
-    where = ""
+    conds = []
     if policy_version is not None:
-        where = "WHERE policy_version = " + sql_list([policy_version])[1:-1]
+        conds.append("policy_version = " + sql_list([policy_version])[1:-1])
+    if exclude_generators:
+        conds.append(f"coalesce(generator, '') NOT IN {sql_list(exclude_generators)}")
+    where = ("WHERE " + " AND ".join(conds)) if conds else ""
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE raw_scores AS "
         f"SELECT * FROM read_parquet({file_list}, union_by_name=true, filename=true) {where}"

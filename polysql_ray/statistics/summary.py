@@ -21,6 +21,9 @@ class StatsConfig:
         ci_method: ``wilson`` (default) or another :data:`polysql_ray.statistics.ex.CI_METHODS`.
         p_adjust: multiple-testing correction for the hierarchy's adjacent tests, or None.
         policy_version: keep only rows scored under this comparison policy version.
+        exclude_generators: rows of these generators are left out. Default ``("gold",)``:
+            the gold generator replays the gold SQL as a whole-pipeline sanity check; it is not
+            a model and would bias pooled kappa/McNemar and the rankings.
     """
 
     baseline: str = "sqlite"
@@ -28,6 +31,7 @@ class StatsConfig:
     ci_method: str = "wilson"
     p_adjust: str | None = "holm"
     policy_version: str | None = None
+    exclude_generators: tuple[str, ...] = ("gold",)
     counting: CountingPolicy = DEFAULT_COUNTING
 
 
@@ -89,6 +93,7 @@ def compute_statistics(results_dir: str | Path, config: StatsConfig = StatsConfi
         FileNotFoundError: no Parquet file under ``<results_dir>/scores``.
     """
     con, load = load_scores(results_dir, policy_version=config.policy_version,
+                            exclude_generators=config.exclude_generators,
                             counting=config.counting)
     try:
         a, m = config.alpha, config.ci_method
