@@ -213,3 +213,20 @@ def test_mysql_space_before_paren_is_a_dialect_error_not_a_sandbox_refusal(repli
         assert ok.status is S.OK and ok.table.num_rows == 1
     finally:
         engine.close()
+
+
+def test_mysql_session_vars_change_dialect_semantics(replicas):
+    """engines.mysql.session_vars sets session variables on every pooled connection (the
+    fidelity study re-runs MySQL gold with div_precision_increment=30 through the sandbox)."""
+    loc = replicas["mysql"].location
+    plain, precise = MySQLEngine({"pool_size": 1}), MySQLEngine(
+        {"pool_size": 1, "session_vars": {"div_precision_increment": 30}})
+    try:
+        a = plain.execute(loc, "SELECT 1/3 AS x", LIM)
+        b = precise.execute(loc, "SELECT 1/3 AS x", LIM)
+    finally:
+        plain.close()
+        precise.close()
+    assert a.ok and b.ok
+    x, y = a.table.column(0)[0].as_py(), b.table.column(0)[0].as_py()
+    assert abs(float(x) - 1 / 3) > 1e-5 and abs(float(y) - 1 / 3) < 1e-12

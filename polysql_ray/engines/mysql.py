@@ -35,6 +35,8 @@ transparently and the statement retried once. Results keep PyMySQL's Python type
 """
 from __future__ import annotations
 
+import re
+
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -201,6 +203,12 @@ class MySQLEngine:
         with raw.cursor() as cur:
             if self.settings.sql_mode is not None:
                 cur.execute("SET SESSION sql_mode = %s", (self.settings.sql_mode,))
+            # engines.mysql.session_vars: e.g. {div_precision_increment: 30}; names are checked
+            # against a plain identifier pattern, values are bound parameters
+            for name, value in (self.settings.extra.get("session_vars") or {}).items():
+                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
+                    raise ValueError(f"engines.mysql.session_vars: bad variable name {name!r}")
+                cur.execute(f"SET SESSION {name} = %s", (value,))
             if conn.flavour == "mariadb":
                 # MariaDB silently *truncates* a recursive CTE at max_recursive_iterations
                 # (1000 here) and returns rows as if complete; lift it so a runaway query meets

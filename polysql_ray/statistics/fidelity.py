@@ -35,7 +35,6 @@ import collections
 import csv
 import json
 import re
-import sqlite3
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -129,24 +128,21 @@ def load_direction(results_dir: str | Path, direction: str) -> list[dict]:
 # ----------------------------------------------------------------------------- verifiers
 
 
-def _mysql(db: str):
-    import pymysql
+def _run_mysql(db: str, sql: str, **settings):
+    """Run ``sql`` on MySQL database ``db`` through the sandboxed engine (reader role, read-only,
+    timeout, row cap) with extra engine settings (``sql_mode``, ``session_vars``).
+    Returns ``(rows as tuples, None)`` or ``(None, engine error text)``."""
+    from polysql_ray.engines.base import Limits
+    from polysql_ray.engines.mysql import MySQLEngine
 
-    return pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", database=db,
-                           connect_timeout=5, read_timeout=30)
-
-
-def _run_mysql(db: str, sql: str, session: str | None = None):
-    import pymysql
-
+    engine = MySQLEngine({"pool_size": 1, **settings})
     try:
-        with _mysql(db) as c, c.cursor() as cur:
-            if session:
-                cur.execute(session)
-            cur.execute(sql)
-            return cur.fetchall(), None
-    except pymysql.err.MySQLError as e:
-        return None, e.args[0] if e.args else -1
+        res = engine.execute(db, sql, Limits(timeout_s=30, row_cap=100_000))
+    finally:
+        engine.close()
+    if not res.ok:
+        return None, res.error or res.status.value
+    return list(zip(*[c.to_pylist() for c in res.table.columns])), None
 
 
 def group_by_strictness(sqlite_side_sql: str, db_id: str) -> bool:
@@ -155,11 +151,11 @@ def group_by_strictness(sqlite_side_sql: str, db_id: str) -> bool:
     from polysql_ray.datasets.spiderman import source_name
 
     db = source_name(db_id)
-    _, err = _run_mysql(db, sqlite_side_sql, "SET SESSION sql_mode=''")
+    _, err = _run_mysql(db, sqlite_side_sql, sql_mode="")
     if err is not None:
         return False
-    _, err = _run_mysql(db, sqlite_side_sql, "SET SESSION sql_mode='ONLY_FULL_GROUP_BY'")
-    return err in (1055, 1140)
+    _, err = _run_mysql(db, sqlite_side_sql, sql_mode="ONLY_FULL_GROUP_BY")
+    return err is not None and ("[1055]" in err or "[1140]" in err)
 
 
 def _close(a, b, tol=1e-5) -> bool:
@@ -175,16 +171,20 @@ def avg_division_precision(mysql_sql: str, mysql_db: str, sqlite_sql: str, sqlit
     """True when the MySQL-side SQL re-run with ``div_precision_increment=30`` gives the same
     rows (as a multiset, numbers within 1e-5) as the SQLite-side SQL on its SQLite file,
     while it did not under the default (the caller only asks for ``values`` mismatches)."""
-    rows, err = _run_mysql(mysql_db, mysql_sql, "SET SESSION div_precision_increment=30")
+    rows, err = _run_mysql(mysql_db, mysql_sql, session_vars={"div_precision_increment": 30})
     if err is not None or rows is None:
         return False
-    con = sqlite3.connect(f"file:{sqlite_path}?mode=ro", uri=True)
+    from polysql_ray.engines.base import Limits
+    from polysql_ray.engines.sqlite import SqliteEngine
+
+    lite = SqliteEngine()
     try:
-        srows = con.execute(sqlite_sql).fetchall()
-    except sqlite3.Error:
-        return False
+        res = lite.execute(sqlite_path, sqlite_sql, Limits(timeout_s=30, row_cap=100_000))
     finally:
-        con.close()
+        lite.close()
+    if not res.ok:
+        return False
+    srows = list(zip(*[c.to_pylist() for c in res.table.columns]))
     if len(rows) != len(srows):
         return False
     def key(r):  # numbers by value rounded past the tolerance, then text: a stable pairing
