@@ -195,7 +195,7 @@ def read_jsonl(path: Path) -> list[tuple[int, dict]]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise DatasetError(f"{path}, line {lineno}: invalid JSON ({e.msg} at column {e.colno}); each line must be one JSON object") from None
+                raise DatasetError(f"{path}, line {lineno}: invalid JSON ({e.msg}, column {e.colno}); each line must be one JSON object") from None
             if not isinstance(obj, dict):
                 raise DatasetError(f"{path}, line {lineno}: expected a JSON object, got {type(obj).__name__}")
             rows.append((lineno, obj))

@@ -71,6 +71,7 @@ class RunStats:
     exec_unique: dict = field(default_factory=lambda: collections.Counter())
     engine_s: dict = field(default_factory=lambda: collections.defaultdict(float))
     replicas: int = 0
+    replicas_reused: int = 0
     failed_replicas: set = field(default_factory=set)
     errors: list = field(default_factory=list)
     proven: int = 0
@@ -266,6 +267,7 @@ def replicate(grid: Grid, items: list[WorkItem], cfg: dict, progress: Progress, 
         try:
             replica, _ = ray.get(done[0])
             locations[key] = replica.location
+            stats.replicas_reused += bool(replica.reused)
         except Exception as exc:  # noqa: BLE001 — reported with the database named
             stats.failed_replicas.add(key)
             errors.append(f"replicating {key[0]}/{key[1]} into {key[2]} failed: {_root_message(exc)}"
