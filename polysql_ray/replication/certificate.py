@@ -104,6 +104,24 @@ class ChecksumAccumulator:
             for i, c in enumerate(self.table.columns)})
 
 
+def checksum_cursor(table: TableSpec, cursor, converters=None, chunk: int = 65_536) -> TableChecksum:
+    """Checksum every row of an executed DB-API ``cursor`` (``SELECT`` of ``table``'s columns in
+    source order), fetched ``chunk`` rows at a time so a large table never sits in memory.
+
+    Args:
+        table: the table spec (column logical types drive the canonical text).
+        cursor: a cursor whose query has been executed; only ``fetchmany`` is used.
+        converters: optional per-column callables applied to each value first (a driver's
+            storage representation back to the logical value).
+    """
+    acc = ChecksumAccumulator(table)
+    while rows := cursor.fetchmany(chunk):
+        if converters is not None:
+            rows = [tuple(f(v) for f, v in zip(converters, r)) for r in rows]
+        acc.add_rows(rows)
+    return acc.result()
+
+
 def diff(a: dict[str, TableChecksum], b: dict[str, TableChecksum]) -> list[str]:
     """Sentences naming every table/column whose checksum differs (empty list: equal)."""
     out = []

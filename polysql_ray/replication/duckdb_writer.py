@@ -30,7 +30,7 @@ from polysql_ray.replication import typemap
 from polysql_ray.replication.base import (
     ForeignKeySpec, ReplicationError, TableChecksum, TableSpec, file_sha256, remove_path,
 )
-from polysql_ray.replication.certificate import ChecksumAccumulator
+from polysql_ray.replication.certificate import checksum_cursor
 from polysql_ray.replication.constraints import carryable_not_null, carryable_primary_keys
 from polysql_ray.replication.sqlite_reader import quote_ident as q
 
@@ -213,15 +213,8 @@ class DuckDBWriter:
         try:
             out = {}
             for t in tables:
-                acc = ChecksumAccumulator(t)
                 cols = ", ".join(q(c.name) for c in t.columns)
-                cur = con.execute(f"SELECT {cols} FROM {q(t.name)}")
-                while True:
-                    rows = cur.fetchmany(65_536)
-                    if not rows:
-                        break
-                    acc.add_rows(rows)
-                out[t.name] = acc.result()
+                out[t.name] = checksum_cursor(t, con.execute(f"SELECT {cols} FROM {q(t.name)}"))
             return out
         except duckdb.Error as e:
             raise ReplicationError(f"checksumming DuckDB copy {location}: {e}") from e

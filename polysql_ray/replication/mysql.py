@@ -40,7 +40,7 @@ from polysql_ray.engines.servers import ServerSettings, replica_name
 from polysql_ray.replication import typemap
 from polysql_ray.replication.constraints import resolve_foreign_key
 from polysql_ray.replication.base import ReplicationError, TableChecksum, TableSpec
-from polysql_ray.replication.certificate import ChecksumAccumulator
+from polysql_ray.replication.certificate import checksum_cursor
 from polysql_ray.replication.postgres import content_fingerprint, resolve_name
 
 #: Longest VARCHAR (characters) a key column may get: 3072-byte InnoDB key / 4 bytes.
@@ -243,10 +243,8 @@ class MySQLWriter:
         out = {}
         with self._admin(location) as conn, conn.cursor() as cur:
             for t in tables:
-                acc = ChecksumAccumulator(t)
                 cur.execute(f"SELECT {', '.join(bq(c.name) for c in t.columns)} FROM {bq(t.name)}")
-                acc.add_rows(cur.fetchall())
-                out[t.name] = acc.result()
+                out[t.name] = checksum_cursor(t, cur)
         return out
 
     def fingerprint(self, location: str) -> str:

@@ -36,7 +36,7 @@ from polysql_ray.engines.servers import ServerSettings, replica_name
 from polysql_ray.replication import typemap
 from polysql_ray.replication.constraints import resolve_foreign_key
 from polysql_ray.replication.base import ReplicationError, TableChecksum, TableSpec
-from polysql_ray.replication.certificate import ChecksumAccumulator
+from polysql_ray.replication.certificate import checksum_cursor
 
 _MASK = (1 << 64) - 1
 
@@ -243,13 +243,10 @@ class PostgresWriter:
         out = {}
         with self._admin() as conn:
             for t in tables:
-                acc = ChecksumAccumulator(t)
                 cols = ", ".join(qi(c.name) for c in t.columns)
                 with conn.cursor() as cur:
                     cur.execute(f"SELECT {cols} FROM {qi(location)}.{qi(t.name)}")
-                    while rows := cur.fetchmany(10_000):
-                        acc.add_rows(rows)
-                out[t.name] = acc.result()
+                    out[t.name] = checksum_cursor(t, cur, chunk=10_000)
         return out
 
     def fingerprint(self, location: str) -> str:

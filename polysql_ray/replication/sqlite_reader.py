@@ -22,7 +22,7 @@ from polysql_ray.replication import typemap
 from polysql_ray.replication.base import (
     ColumnSpec, ForeignKeySpec, ReplicationError, TableChecksum, TableSpec, file_sha256,
 )
-from polysql_ray.replication.certificate import ChecksumAccumulator
+from polysql_ray.replication.certificate import checksum_cursor
 
 
 def quote_ident(name: str) -> str:
@@ -167,15 +167,8 @@ class SqliteReader:
         out = {}
         try:
             for t in tables:
-                acc = ChecksumAccumulator(t)
                 cols = ", ".join(quote_ident(c.name) for c in t.columns)
-                cur = con.execute(f"SELECT {cols} FROM {quote_ident(t.name)}")
-                while True:
-                    rows = cur.fetchmany(65_536)
-                    if not rows:
-                        break
-                    acc.add_rows(rows)
-                out[t.name] = acc.result()
+                out[t.name] = checksum_cursor(t, con.execute(f"SELECT {cols} FROM {quote_ident(t.name)}"))
         except (sqlite3.Error, UnicodeDecodeError) as e:
             raise ReplicationError(f"checksumming {source.location}: {e}") from e
         finally:

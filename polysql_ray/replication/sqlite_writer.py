@@ -47,7 +47,7 @@ from polysql_ray.datasets.example import SourceDatabase
 from polysql_ray.replication.base import (
     ReplicationError, TableChecksum, TableSpec, file_sha256, remove_path,
 )
-from polysql_ray.replication.certificate import ChecksumAccumulator
+from polysql_ray.replication.certificate import checksum_cursor
 from polysql_ray.replication.constraints import carryable_not_null, carryable_primary_keys
 from polysql_ray.replication.sqlite_reader import quote_ident as q
 
@@ -224,12 +224,9 @@ class SqliteWriter:
         try:
             out = {}
             for t in tables:
-                acc = ChecksumAccumulator(t)
                 convs = [_from_sqlite(c.logical_type) for c in t.columns]
                 cur = con.execute(f"SELECT {', '.join(q(c.name) for c in t.columns)} FROM {q(t.name)}")
-                while rows := cur.fetchmany(65_536):
-                    acc.add_rows([tuple(f(v) for f, v in zip(convs, r)) for r in rows])
-                out[t.name] = acc.result()
+                out[t.name] = checksum_cursor(t, cur, convs)
             return out
         except (sqlite3.Error, ValueError, TypeError) as e:
             raise ReplicationError(f"checksumming SQLite copy {location}: {e}") from e
