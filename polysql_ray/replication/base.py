@@ -464,3 +464,26 @@ def remove_path(path: str | os.PathLike) -> None:
             shutil.rmtree(q, ignore_errors=True)
         elif q.exists():
             q.unlink()
+
+
+class FileTargetWriter:
+    """Shared file handling of the embedded-engine writers (DuckDB, SQLite): where a copy lives,
+    its fingerprint (sha256 of the file) and how it is deleted. Subclasses set ``engine``,
+    ``suffix`` and ``temp_suffixes`` (half-built files :meth:`drop` also removes)."""
+
+    engine = ""
+    suffix = ""
+    temp_suffixes: tuple[str, ...] = (".tmp",)
+
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path) -> str:
+        """``<replicas_dir>/<engine>/<dataset>/<db_id>/<db_id><suffix>`` (absolute)."""
+        return str((Path(replicas_dir) / self.engine / dataset / db_id / f"{db_id}{self.suffix}").resolve())
+
+    def fingerprint(self, location: str) -> str:
+        """sha256 of the copy file; "" when absent."""
+        return file_sha256(location) if os.path.exists(location) else ""
+
+    def drop(self, location: str) -> None:
+        """Delete the copy and any half-built temp file."""
+        for p in (location, *(location + s for s in self.temp_suffixes)):
+            remove_path(p)

@@ -28,7 +28,7 @@ import duckdb
 from polysql_ray.datasets.example import SourceDatabase
 from polysql_ray.replication import typemap
 from polysql_ray.replication.base import (
-    ForeignKeySpec, ReplicationError, TableChecksum, TableSpec, file_sha256, remove_path,
+    FileTargetWriter, ForeignKeySpec, ReplicationError, TableChecksum, TableSpec, remove_path,
 )
 from polysql_ray.replication.certificate import checksum_cursor
 from polysql_ray.replication.constraints import carryable_not_null, carryable_primary_keys
@@ -37,27 +37,16 @@ from polysql_ray.replication.sqlite_reader import quote_ident as q
 STAGING = "polysql_staging"
 
 
-class DuckDBWriter:
+class DuckDBWriter(FileTargetWriter):
     """:class:`~polysql_ray.replication.base.TargetWriter` for DuckDB files."""
 
     engine = "duckdb"
+    suffix = ".duckdb"
+    temp_suffixes = (".tmp",)
 
     def version(self) -> str:
         """The duckdb library version (the storage format follows it)."""
         return duckdb.__version__
-
-    def location_for(self, dataset: str, db_id: str, replicas_dir: Path) -> str:
-        """``<replicas_dir>/duckdb/<dataset>/<db_id>/<db_id>.duckdb`` (absolute)."""
-        return str((Path(replicas_dir) / "duckdb" / dataset / db_id / f"{db_id}.duckdb").resolve())
-
-    def fingerprint(self, location: str) -> str:
-        """sha256 of the copy file; "" when absent."""
-        return file_sha256(location) if os.path.exists(location) else ""
-
-    def drop(self, location: str) -> None:
-        """Delete the copy and any half-built temp file."""
-        remove_path(location)
-        remove_path(location + ".tmp")
 
     # ------------------------------------------------------------------ write
 

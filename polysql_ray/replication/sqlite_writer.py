@@ -45,7 +45,7 @@ from pathlib import Path
 
 from polysql_ray.datasets.example import SourceDatabase
 from polysql_ray.replication.base import (
-    ReplicationError, TableChecksum, TableSpec, file_sha256, remove_path,
+    FileTargetWriter, ReplicationError, TableChecksum, TableSpec,
 )
 from polysql_ray.replication.certificate import checksum_cursor
 from polysql_ray.replication.constraints import carryable_not_null, carryable_primary_keys
@@ -89,10 +89,12 @@ def _from_sqlite(logical: str):
     return lambda v: v
 
 
-class SqliteWriter:
+class SqliteWriter(FileTargetWriter):
     """:class:`~polysql_ray.replication.base.TargetWriter` for SQLite files (module doc)."""
 
     engine = "sqlite"
+    suffix = ".sqlite"
+    temp_suffixes = (".tmp", ".tmp-journal")
 
     def __init__(self, settings: dict | None = None) -> None:
         self.settings = settings or {}
@@ -101,18 +103,6 @@ class SqliteWriter:
         """The SQLite library version (``sqlite3.sqlite_version``)."""
         return sqlite3.sqlite_version
 
-    def location_for(self, dataset: str, db_id: str, replicas_dir: Path) -> str:
-        """``<replicas_dir>/sqlite/<dataset>/<db_id>/<db_id>.sqlite`` (absolute)."""
-        return str((Path(replicas_dir) / "sqlite" / dataset / db_id / f"{db_id}.sqlite").resolve())
-
-    def fingerprint(self, location: str) -> str:
-        """sha256 of the copy file; "" when absent."""
-        return file_sha256(location) if os.path.exists(location) else ""
-
-    def drop(self, location: str) -> None:
-        """Delete the copy and any half-built temp file."""
-        for p in (location, location + ".tmp", location + ".tmp-journal"):
-            remove_path(p)
 
     # ------------------------------------------------------------------ write
 
