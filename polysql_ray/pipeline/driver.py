@@ -56,6 +56,7 @@ class Grid:
     dialects: list[str]
     levels: list[str]
     cells: list[Cell]
+    shapes: dict = field(default_factory=dict)  # (gold_sql, dialect) -> GoldShape, parsed once per run
 
 
 @dataclass
@@ -183,7 +184,7 @@ def plan_work(grid: Grid, cells: list[Cell], stored: set[str], predictions_for, 
     """
     from polysql_ray.comparison.shape import analyze_gold
 
-    shapes: dict[tuple[str, str], Any] = {}
+    shapes = grid.shapes  # planning runs twice (before/after replication): parse each gold once
     requests: dict[str, ExecRequest] = {}
     items: list[WorkItem] = []
 
