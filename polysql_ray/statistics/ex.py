@@ -81,6 +81,8 @@ def ex_table(
         One dict per group, sorted by the group columns, with the group columns and:
         ``n_total`` (rows), ``gold_errors``, ``unavailable`` (other excluded rows),
         ``n`` (EX denominator), ``correct``, ``timeouts``, ``inconclusive``,
+        ``exec_errors`` (counted predictions that did not execute for a reason other than a
+        timeout: syntax, schema, runtime ...), ``proven`` (verdicts decided structurally),
         ``ex``, ``ex_lo``, ``ex_hi`` (fractions), ``n_no_timeout``, ``ex_no_timeout``,
         ``ex_no_timeout_lo``, ``ex_no_timeout_hi``. EX is NaN when n == 0.
     """
@@ -96,11 +98,15 @@ def ex_table(
             count(*) FILTER (WHERE NOT excluded) AS n,
             count(*) FILTER (WHERE NOT excluded AND is_pass) AS correct,
             count(*) FILTER (WHERE NOT excluded AND is_timeout) AS timeouts,
-            count(*) FILTER (WHERE NOT excluded AND verdict = 'inconclusive') AS inconclusive
+            count(*) FILTER (WHERE NOT excluded AND verdict = 'inconclusive') AS inconclusive,
+            count(*) FILTER (WHERE NOT excluded AND NOT is_pass AND NOT is_timeout
+                             AND starts_with(coalesce(reason, ''), 'pred_')) AS exec_errors,
+            count(*) FILTER (WHERE basis = 'proven') AS proven
         FROM {SCORES_TABLE} {group}
         """
     ).fetchall()
-    names = [*by, "n_total", "gold_errors", "unavailable", "n", "correct", "timeouts", "inconclusive"]
+    names = [*by, "n_total", "gold_errors", "unavailable", "n", "correct", "timeouts", "inconclusive",
+             "exec_errors", "proven"]
     out = []
     for row in rows:
         rec = dict(zip(names, row))
@@ -138,7 +144,8 @@ def drop_from_baseline(
     if not rows:
         return []
     if within is None:
-        known = {"n_total", "gold_errors", "unavailable", "n", "correct", "timeouts", "inconclusive"}
+        known = {"n_total", "gold_errors", "unavailable", "n", "correct", "timeouts", "inconclusive",
+                 "exec_errors", "proven"}
         within = [c for c in rows[0] if c != "dialect" and c not in known and not c.startswith("ex")
                   and c != "n_no_timeout"]
     key = lambda r: tuple(r[c] for c in within)  # noqa: E731

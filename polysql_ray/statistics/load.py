@@ -14,6 +14,10 @@ question was scored under two comparison policies, only the latest scoring count
 with ``policy_version=`` to pin one). All statistics need exactly one verdict per question
 per cell, which is why we deduplicate on the analysis key.
 
+This is the one EX definition of the project: the run's end-of-run EX table
+(:mod:`polysql_ray.pipeline.summary`), the statistics job and the leaderboard all read the
+store through :func:`load_scores` and count with :func:`polysql_ray.statistics.ex.ex_table`.
+
 Counting policy (:class:`CountingPolicy`): a gold error (``verdict == "gold_error"``) is not the
 model's fault, and neither is an unavailable target engine (``reason == "pred_unavailable"``):
 such rows are *excluded* from the EX denominator and reported separately. Timeouts count as
@@ -112,6 +116,7 @@ def load_scores(
     policy_version: str | None = None,
     counting: CountingPolicy = DEFAULT_COUNTING,
     exclude_generators: tuple[str, ...] = (),
+    cell_keys: list[str] | None = None,
 ) -> tuple[duckdb.DuckDBPyConnection, LoadSummary]:
     """Create the deduplicated temp table ``scores`` in a DuckDB connection.
 
@@ -121,6 +126,8 @@ def load_scores(
         policy_version: keep only rows scored under this comparison policy version.
         counting: the counting policy that defines the derived columns.
         exclude_generators: leave out rows whose ``generator`` is one of these (``gold``).
+        cell_keys: keep only rows of these store cells (``cell_key``); the end-of-run EX
+            table of :mod:`polysql_ray.pipeline.summary` passes the run's cells.
 
     Returns:
         ``(con, summary)``. Table ``scores`` has all store columns plus
@@ -138,6 +145,8 @@ def load_scores(
         conds.append("policy_version = " + sql_list([policy_version])[1:-1])
     if exclude_generators:
         conds.append(f"coalesce(generator, '') NOT IN {sql_list(exclude_generators)}")
+    if cell_keys is not None:
+        conds.append(f"cell_key IN {sql_list(sorted(set(cell_keys)))}")
     where = ("WHERE " + " AND ".join(conds)) if conds else ""
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE raw_scores AS "
