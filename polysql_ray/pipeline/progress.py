@@ -79,5 +79,5 @@ class Progress:
         parts = [f"{s.strip()} {d}/{t}" for s, d, t in self._tasks]
         head = "progress done" if final else "progress"
         self.console.print(f"{head} {time.monotonic() - self._t0:.0f}s | " + " | ".join(parts),
-                           highlight=False, soft_wrap=True)
+                           highlight=False, markup=False, soft_wrap=True)
         self.lines += 1

@@ -38,7 +38,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 _SCHEMA = pa.schema([(c, pa.string()) if c in (*CELL,) else
-                     (c, pa.float64()) if c.startswith("ex") else (c, pa.int64())
+                     (c, pa.float64()) if c in ("ex", "ex_all", "ex_no_timeouts") else (c, pa.int64())
                      for c, _, _ in COLUMNS])
 
 
