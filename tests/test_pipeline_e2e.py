@@ -44,7 +44,7 @@ def test_quickstart_scores_every_prediction(quickstart_run):
     gold = _ex(table, "gold", "sqlite")
     assert (gold["n"], gold["correct"], gold["gold_errors"]) == (34, 34, 0)
     # right-but-different answers all pass on SQLite, the deliberately flawed ones mostly fail
-    assert _ex(table, "perfect", "sqlite")["correct"] == 34
+    assert _ex(table, "rewritten", "sqlite")["correct"] == 34
     assert _ex(table, "flawed", "sqlite")["correct"] < 10
     # duckdb runs the same SQLite-written SQL on the replica: some of it does not survive
     assert _ex(table, "gold", "duckdb")["correct"] < 34
@@ -81,7 +81,7 @@ def test_run_manifest_written(quickstart_run):
     out, *_ , stats, _t = quickstart_run
     manifest = json.loads((Path(out) / "runs" / stats.run_id / "manifest.json").read_text())
     assert manifest["packages"]["ray"] and manifest["policy_version"] == "cmp-1"
-    assert {c["model"] for c in manifest["cells"]} == {"gold", "perfect", "flawed"}
+    assert {c["model"] for c in manifest["cells"]} == {"gold", "rewritten", "flawed"}
     assert (Path(out) / "runs" / stats.run_id / "config.yaml").read_text().strip()
 
 

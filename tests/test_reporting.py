@@ -124,7 +124,9 @@ def test_stats_job_main(store, tmp_path, capsys):
     assert main([f"results_dir={store}", f"json={out}", "views=hierarchy", "ci=beta"]) == 0
     assert "hierarchy" in capsys.readouterr().out.lower()
     assert json.loads(out.read_text())["config"]["ci_method"] == "beta"
-    with pytest.raises(SystemExit, match="bad argument"):
+    from polysql_ray.jobs_cli import UsageError
+
+    with pytest.raises(UsageError, match="unknown key 'colour'"):
         main([f"results_dir={store}", "colour=blue"])
 
 
