@@ -255,8 +255,8 @@ def taxonomy_view(st: Statistics) -> View:
     for d in dialects:
         cols.append(Column(f"{d} % of failures", f"share:{d}", "pct"))
     return View("taxonomy", "Error taxonomy (rule-based, share of failures per dialect)",
-                "Classes from pred_status and the comparison reason; families: syntactic, "
-                "schema, execution, logical, generation.", tuple(cols), tuple(rows))
+                "Classes from pred_status and the comparison reason; families: logical, schema, "
+                "dialect_syntax, execution, generation.", tuple(cols), tuple(rows))
 
 
 def all_views(st: Statistics) -> list[View]:

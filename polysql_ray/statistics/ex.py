@@ -162,3 +162,45 @@ def drop_from_baseline(
                     "drop_points": points, "drop_relative": rel})
     out.sort(key=lambda r: (*key(r), r["dialect"]))
     return out
+
+
+def paired_drop(pairs: Iterable[dict], baseline: str = "sqlite", alpha: float = 0.05,
+                within: Sequence[str] = ("model",)) -> list[dict]:
+    """Drop from the baseline dialect on *paired* questions, with a paired confidence interval.
+
+    For the questions scored on both the baseline and dialect D (both counted in EX), with
+    ``b`` = right on the baseline only and ``c`` = right on D only among ``n`` pairs, the drop
+    is ``(b - c) / n`` and its (1 - alpha) Wald interval for a difference of paired proportions
+    uses ``se = sqrt(b + c - (b - c)**2 / n) / n`` (Agresti, *Categorical Data Analysis*,
+    section 10.1). Paired, so it is much narrower than the difference of two Wilson intervals.
+
+    Args:
+        pairs: :func:`polysql_ray.statistics.agreement.pairwise_dialects` rows.
+        baseline: the source dialect.
+        within: group columns of ``pairs`` to keep.
+
+    Returns:
+        Dicts sorted by ``within`` then dialect: ``within`` columns, ``dialect``, ``n_pairs``,
+        ``only_baseline`` (b), ``only_dialect`` (c), ``ex_baseline``, ``ex`` (both on the paired
+        questions), ``drop`` and ``drop_lo``, ``drop_hi`` (fractions; positive = lower on D).
+    """
+    from scipy.stats import norm
+
+    z = float(norm.ppf(1 - alpha / 2))
+    out = []
+    for p in pairs:
+        if baseline not in (p["dialect_a"], p["dialect_b"]):
+            continue
+        base_is_a = p["dialect_a"] == baseline
+        other = p["dialect_b"] if base_is_a else p["dialect_a"]
+        b, c = (p["a_only"], p["b_only"]) if base_is_a else (p["b_only"], p["a_only"])
+        n = p["n_pairs"]
+        d = (b - c) / n if n else math.nan
+        se = math.sqrt(max(0.0, b + c - (b - c) ** 2 / n)) / n if n else math.nan
+        out.append({**{k: p[k] for k in within}, "dialect": other, "n_pairs": n,
+                    "only_baseline": b, "only_dialect": c,
+                    "ex_baseline": p["ex_a"] if base_is_a else p["ex_b"],
+                    "ex": p["ex_b"] if base_is_a else p["ex_a"],
+                    "drop": d, "drop_lo": d - z * se, "drop_hi": d + z * se})
+    out.sort(key=lambda r: (*(r[k] for k in within), r["dialect"]))
+    return out

@@ -117,6 +117,7 @@ def load_scores(
     counting: CountingPolicy = DEFAULT_COUNTING,
     exclude_generators: tuple[str, ...] = (),
     cell_keys: list[str] | None = None,
+    only_generators: tuple[str, ...] = (),
 ) -> tuple[duckdb.DuckDBPyConnection, LoadSummary]:
     """Create the deduplicated temp table ``scores`` in a DuckDB connection.
 
@@ -126,6 +127,8 @@ def load_scores(
         policy_version: keep only rows scored under this comparison policy version.
         counting: the counting policy that defines the derived columns.
         exclude_generators: leave out rows whose ``generator`` is one of these (``gold``).
+        only_generators: keep only rows of these generators (``("gold",)`` for the
+            gold-portability ceiling); empty keeps all.
         cell_keys: keep only rows of these store cells (``cell_key``); the end-of-run EX
             table of :mod:`polysql_ray.pipeline.summary` passes the run's cells.
 
@@ -145,6 +148,8 @@ def load_scores(
         conds.append("policy_version = " + sql_list([policy_version])[1:-1])
     if exclude_generators:
         conds.append(f"coalesce(generator, '') NOT IN {sql_list(exclude_generators)}")
+    if only_generators:
+        conds.append(f"coalesce(generator, '') IN {sql_list(only_generators)}")
     if cell_keys is not None:
         conds.append(f"cell_key IN {sql_list(sorted(set(cell_keys)))}")
     where = ("WHERE " + " AND ".join(conds)) if conds else ""
