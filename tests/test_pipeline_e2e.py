@@ -149,3 +149,18 @@ def test_dead_server_scores_the_rest_and_names_the_address(ray_session, tmp_path
     assert any("pg_ctlcluster" in e for e in stats.errors)
     stats2, _ = run(cfg, loader, text)
     assert stats2.items_skipped == 34 and stats2.items_scored == 0 and stats2.errors
+
+
+def test_snapshot_drill_down_shows_question_and_result_diff(quickstart_run, tmp_path):
+    """On a real store, the drill-down page of a cell shows the question text (from the run
+    manifest's dataset) and a diff of the two result sets re-run on the embedded engines."""
+    from polysql_ray.reporting.snapshot import write_snapshot
+    from polysql_ray.reporting.views import drill_href
+
+    out = quickstart_run[0]
+    snap = write_snapshot(out, tmp_path / "snap", figures=False)
+    cell = next(c for c in snap.stats.ex_cells if c["model"] == "flawed" and c["dialect"] == "duckdb")
+    page = (tmp_path / "snap" / drill_href(cell)).read_text()
+    assert "question text not available" not in page
+    assert page.count('class="q"') == cell["n_total"] - cell["correct"]
+    assert "only in gold" in page and "result-set diff" in page

@@ -164,7 +164,8 @@ def plot_drops(st: Statistics, path: Path) -> Path:
     ax.set_ylabel(f"Drop from {base} (EX points, paired questions)")
     ax.set_title(f"Drop from {base} per model, 95% paired CI; grey: the gold SQL's own drop")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110, metadata=_PNG_META)
     plt.close(fig)
