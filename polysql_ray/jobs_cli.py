@@ -94,17 +94,25 @@ def as_list(value: object) -> list[str]:
     return [v for v in as_text(value).split(",") if v]
 
 
+#: Exception class names (beyond :data:`polysql_ray.errors.USER_ERRORS`) that mean "fix your
+#: input" in a job: Hydra's config lookup errors, the judge's configuration error.
+JOB_USER_ERRORS = ("MissingConfigException", "ConfigCompositionException", "OverrideParseException",
+                   "JudgeConfigError", "GeneratorConfigError", "InterpolationResolutionError")
+
+
 def user_error_line(exc: BaseException) -> str | None:
     """One line for a user error (what to fix), or None for a bug (let it raise)."""
     from polysql_ray.errors import user_error_message
 
-    if isinstance(exc, (UsageError, FileNotFoundError, NotADirectoryError, PermissionError)):
+    if isinstance(exc, (UsageError, FileNotFoundError, NotADirectoryError, PermissionError)) or (
+            type(exc).__name__ in JOB_USER_ERRORS):
         msg = str(exc)
         if isinstance(exc, FileNotFoundError) and "score files" in msg:
             msg += " (run a sweep first, or set results_dir=<folder holding scores/>)"
-        return msg.replace("\n", " ")
+        return " ".join(msg.split("Config search path")[0].split())
     try:
-        return user_error_message(exc)
+        msg = user_error_message(exc)
+        return " ".join(msg.split()) if msg else None
     except Exception:  # noqa: BLE001 - the message helper must never hide the original error
         return None
 

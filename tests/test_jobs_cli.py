@@ -33,6 +33,8 @@ def test_overrides_are_typed_and_checked():
     (("jobs.leaderboard", "results_dir={tmp}/empty", "out={tmp}/lb"), "no score files under"),
     (("jobs.stats", "results_dir={tmp}/empty"), "run a sweep first"),
     (("jobs.stats",), "missing results_dir"),
+    (("jobs.judge", "results_dir={tmp}/empty", "judge=loopback_judge"), "no score files under"),
+    (("jobs.judge", "results_dir={tmp}/empty", "judge=no_such_model"), "Could not find 'model/no_such_model'"),
     (("jobs.leaderboard", "results_dir=x", "out=y", "--source-dir=z"), "bad argument"),
     (("jobs.replicate", "source_dir={tmp}/nowhere"), "is not a folder"),
     (("jobs.fidelity", "step=publish", "results_dir={tmp}"), "expected step=prepare or step=report"),

@@ -19,14 +19,13 @@ Where the inputs come from:
 from __future__ import annotations
 
 import html
-import json
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
 import duckdb
 
-from polysql_ray.statistics.load import SCORES_TABLE
+from polysql_ray.statistics.load import SCORES_TABLE, dataset_index
 
 from .views import drill_href
 
@@ -49,33 +48,6 @@ pre { background: #f6f6f6; padding: 6px; white-space: pre-wrap; word-break: brea
 table.diff { border-collapse: collapse; font-size: 12px; margin: 0.3em 0; }
 table.diff td, table.diff th { border: 1px solid #ddd; padding: 2px 6px; }
 """
-
-
-def _questions(results_dir: Path) -> tuple[dict, dict]:
-    """``(question text by (dataset, question_id), source location by (dataset, db_id))``."""
-    from polysql_ray.datasets.registry import load_dataset
-
-    configs: dict[str, dict] = {}
-    for mf in sorted((results_dir / "runs").glob("*/manifest.json")):
-        try:
-            cfg = json.loads(mf.read_text(encoding="utf-8")).get("config") or {}
-        except (OSError, ValueError):
-            continue
-        sweep_ds = (cfg.get("sweep") or {}).get("datasets") or []
-        for d in [cfg.get("dataset"), *sweep_ds]:
-            if isinstance(d, dict) and d.get("name"):
-                configs[d["name"]] = d
-    text, sources = {}, {}
-    for name, cfg in sorted(configs.items()):
-        try:
-            examples = load_dataset(cfg)
-        except Exception:  # noqa: BLE001 - a dataset that moved only costs the question text
-            continue
-        for e in examples:
-            text[(name, e.question_id)] = e.question
-            if e.database.exists:
-                sources[(name, e.db_id)] = (e.database.engine, e.database.location)
-    return text, sources
 
 
 def _replica(results_dir: Path, engine: str, dataset: str, db_id: str) -> str | None:
@@ -189,7 +161,7 @@ def write_drill_pages(results_dir: str | Path, out_dir: str | Path, con: duckdb.
     """
     results_dir, out = Path(results_dir), Path(out_dir)
     (out / "drill").mkdir(parents=True, exist_ok=True)
-    questions, sources = _questions(results_dir)
+    questions, sources = dataset_index(results_dir)
     runner = _Runner()
     pages = []
     try:

@@ -186,3 +186,38 @@ def load_scores(
     )
     con.execute("DROP TABLE raw_scores")
     return con, LoadSummary(len(files), rows_read, rows_kept, versions)
+
+
+def dataset_index(results_dir: str | Path) -> tuple[dict, dict]:
+    """Question texts and source databases of the datasets the store's runs used.
+
+    Reads every run manifest (``<results_dir>/runs/*/manifest.json``, composed config), loads
+    each dataset it names again, and returns ``(question by (dataset, question_id), (engine,
+    location) of the source database by (dataset, db_id))``. A dataset that cannot be loaded
+    any more (moved folder) is left out; both maps are empty when no manifest exists.
+    """
+    import json
+
+    from polysql_ray.datasets.registry import load_dataset
+
+    configs: dict[str, dict] = {}
+    for mf in sorted((Path(results_dir) / "runs").glob("*/manifest.json")):
+        try:
+            cfg = json.loads(mf.read_text(encoding="utf-8")).get("config") or {}
+        except (OSError, ValueError):
+            continue
+        sweep_ds = (cfg.get("sweep") or {}).get("datasets") or []
+        for d in [cfg.get("dataset"), *sweep_ds]:
+            if isinstance(d, dict) and d.get("name"):
+                configs[d["name"]] = d
+    text, sources = {}, {}
+    for name, cfg in sorted(configs.items()):
+        try:
+            examples = load_dataset(cfg)
+        except Exception:  # noqa: BLE001 - a dataset that moved only costs the question text
+            continue
+        for e in examples:
+            text[(name, e.question_id)] = e.question
+            if e.database.exists:
+                sources[(name, e.db_id)] = (e.database.engine, e.database.location)
+    return text, sources

@@ -324,16 +324,20 @@ def judge_taxonomy(con: duckdb.DuckDBPyConnection, results_dir) -> tuple[list[di
         return [], []
     flist = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
     base = f"""
-        SELECT j.judge, s.model, s.dialect, j.family, {error_class_sql(RULES, 'family')} AS rule_family
-        FROM read_parquet({flist}, union_by_name=true) j
-        JOIN {SCORES_TABLE} s ON s.key = j.key
-        WHERE NOT s.excluded AND NOT s.is_pass"""
+        SELECT judge, model, dialect, jfamily AS family, {error_class_sql(RULES, 'family')} AS rule_family
+        FROM (SELECT j.judge AS judge, j.family AS jfamily, s.model, s.dialect, s.verdict, s.reason,
+                     s.pred_status, s.excluded, s.is_pass
+              FROM read_parquet({flist}, union_by_name=true) j
+              JOIN {SCORES_TABLE} s ON s.key = j.key)
+        WHERE NOT excluded AND NOT is_pass"""
     per_cell = con.execute(f"""
         SELECT judge, model, dialect, family, count(*) AS count,
                count(*) / sum(count(*)) OVER (PARTITION BY judge, model, dialect) AS share
-        FROM ({base}) GROUP BY ALL ORDER BY judge, model, dialect, family""").fetchall()
+        FROM ({base}) GROUP BY judge, model, dialect, family
+        ORDER BY judge, model, dialect, family""").fetchall()
     agree = con.execute(f"""
         SELECT judge, rule_family, family AS judge_family, count(*) AS count
-        FROM ({base}) GROUP BY ALL ORDER BY judge, rule_family, judge_family""").fetchall()
+        FROM ({base}) GROUP BY judge, rule_family, family
+        ORDER BY judge, rule_family, judge_family""").fetchall()
     return ([dict(zip(("judge", "model", "dialect", "family", "count", "share"), r)) for r in per_cell],
             [dict(zip(("judge", "rule_family", "judge_family", "count"), r)) for r in agree])
