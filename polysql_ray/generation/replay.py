@@ -178,7 +178,7 @@ class ReplayGenerator:
 
 def resolve_path(predictions: str | Path) -> Path:
     """A filesystem path, or ``pkg:<package>/<relative path>`` for a file shipped inside a
-    Python package (``pkg:polysql_ray.quickstart/data/perfect.jsonl``), so configs can name
+    Python package (``pkg:polysql_ray.quickstart/data/rewritten.jsonl``), so configs can name
     the quickstart predictions without knowing where the package is installed."""
     s = str(predictions)
     if s.startswith("pkg:"):

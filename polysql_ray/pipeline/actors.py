@@ -100,7 +100,7 @@ def score_batch(items: list[dict], result_refs: list, policy: dict) -> pa.Table:
                          else "skipped" if v.basis == "proven" else ExecStatus.EMPTY.value),
             pred_error=_nullable_str(pred.error if pred is not None else None),
             correct=v.correct, verdict=v.verdict, reason=v.reason, basis=v.basis,
-            flags=",".join(v.flags), policy_version=pol.version,
+            flags=",".join(dict.fromkeys((*v.flags, *it.get("_flags", ())))), policy_version=pol.version,
             structural=structural, trail=_trail(structural, pred, v),
             gold_rows=rows_of(gold), pred_rows=rows_of(pred),
             gold_exec_s=(gold.elapsed_s if gold is not None else 0.0),

@@ -196,7 +196,10 @@ def plan_work(grid: Grid, cells: list[Cell], stored: set[str], predictions_for, 
 
     for cell in cells:
         examples = grid.datasets[cell.dataset]
-        keys = [score_key(cell.key, ex.question_id) for ex in examples]
+        # a clock-dependent gold (datasets.archer) is keyed by the clock value it reads, so a
+        # score computed under another clock value is never reused
+        keys = [score_key(cell.key, ex.question_id if not ex.extra.get("clock")
+                          else f"{ex.question_id}@{ex.extra['clock']}") for ex in examples]
         pending = [i for i, k in enumerate(keys) if k not in stored]
         stats.items_total += len(examples)
         stats.items_skipped += len(examples) - len(pending)
@@ -462,7 +465,7 @@ def _item_meta(it: WorkItem, index: dict[str, int], run_id: str) -> dict:
         "pred_sql": pred.pred_sql, "gen_status": GenStatus(pred.status).value,
         "_gold": index.get(it.gold), "_probe": index.get(it.probe), "_pred": index.get(it.pred),
         "_shape": it.shape, "_gen_status": GenStatus(pred.status).value, "_gold_error": ex.gold_error,
-        "_structural": it.structural,
+        "_structural": it.structural, "_flags": tuple(ex.extra.get("flags", ())),
     }
 
 

@@ -14,6 +14,10 @@ question was scored under two comparison policies, only the latest scoring count
 with ``policy_version=`` to pin one). All statistics need exactly one verdict per question
 per cell, which is why we deduplicate on the analysis key.
 
+This is the one EX definition of the project: the run's end-of-run EX table
+(:mod:`polysql_ray.pipeline.summary`), the statistics job and the leaderboard all read the
+store through :func:`load_scores` and count with :func:`polysql_ray.statistics.ex.ex_table`.
+
 Counting policy (:class:`CountingPolicy`): a gold error (``verdict == "gold_error"``) is not the
 model's fault, and neither is an unavailable target engine (``reason == "pred_unavailable"``):
 such rows are *excluded* from the EX denominator and reported separately. Timeouts count as
@@ -112,6 +116,8 @@ def load_scores(
     policy_version: str | None = None,
     counting: CountingPolicy = DEFAULT_COUNTING,
     exclude_generators: tuple[str, ...] = (),
+    cell_keys: list[str] | None = None,
+    only_generators: tuple[str, ...] = (),
 ) -> tuple[duckdb.DuckDBPyConnection, LoadSummary]:
     """Create the deduplicated temp table ``scores`` in a DuckDB connection.
 
@@ -121,6 +127,10 @@ def load_scores(
         policy_version: keep only rows scored under this comparison policy version.
         counting: the counting policy that defines the derived columns.
         exclude_generators: leave out rows whose ``generator`` is one of these (``gold``).
+        only_generators: keep only rows of these generators (``("gold",)`` for the
+            gold-portability ceiling); empty keeps all.
+        cell_keys: keep only rows of these store cells (``cell_key``); the end-of-run EX
+            table of :mod:`polysql_ray.pipeline.summary` passes the run's cells.
 
     Returns:
         ``(con, summary)``. Table ``scores`` has all store columns plus
@@ -138,6 +148,10 @@ def load_scores(
         conds.append("policy_version = " + sql_list([policy_version])[1:-1])
     if exclude_generators:
         conds.append(f"coalesce(generator, '') NOT IN {sql_list(exclude_generators)}")
+    if only_generators:
+        conds.append(f"coalesce(generator, '') IN {sql_list(only_generators)}")
+    if cell_keys is not None:
+        conds.append(f"cell_key IN {sql_list(sorted(set(cell_keys)))}")
     where = ("WHERE " + " AND ".join(conds)) if conds else ""
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE raw_scores AS "
@@ -172,3 +186,38 @@ def load_scores(
     )
     con.execute("DROP TABLE raw_scores")
     return con, LoadSummary(len(files), rows_read, rows_kept, versions)
+
+
+def dataset_index(results_dir: str | Path) -> tuple[dict, dict]:
+    """Question texts and source databases of the datasets the store's runs used.
+
+    Reads every run manifest (``<results_dir>/runs/*/manifest.json``, composed config), loads
+    each dataset it names again, and returns ``(question by (dataset, question_id), (engine,
+    location) of the source database by (dataset, db_id))``. A dataset that cannot be loaded
+    any more (moved folder) is left out; both maps are empty when no manifest exists.
+    """
+    import json
+
+    from polysql_ray.datasets.registry import load_dataset
+
+    configs: dict[str, dict] = {}
+    for mf in sorted((Path(results_dir) / "runs").glob("*/manifest.json")):
+        try:
+            cfg = json.loads(mf.read_text(encoding="utf-8")).get("config") or {}
+        except (OSError, ValueError):
+            continue
+        sweep_ds = (cfg.get("sweep") or {}).get("datasets") or []
+        for d in [cfg.get("dataset"), *sweep_ds]:
+            if isinstance(d, dict) and d.get("name"):
+                configs[d["name"]] = d
+    text, sources = {}, {}
+    for name, cfg in sorted(configs.items()):
+        try:
+            examples = load_dataset(cfg)
+        except Exception:  # noqa: BLE001 - a dataset that moved only costs the question text
+            continue
+        for e in examples:
+            text[(name, e.question_id)] = e.question
+            if e.database.exists:
+                sources[(name, e.db_id)] = (e.database.engine, e.database.location)
+    return text, sources
