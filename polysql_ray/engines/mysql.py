@@ -184,6 +184,8 @@ class MySQLEngine:
 
     name = "mysql"
     dialect = "mysql"
+    #: UNAVAILABLE from a server (refused, lost, restarting) is transient: actors retry it
+    transient_unavailable = True
 
     def __init__(self, settings: ServerSettings | dict | None = None) -> None:
         if not isinstance(settings, ServerSettings):

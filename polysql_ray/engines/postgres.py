@@ -132,6 +132,8 @@ class PostgresEngine:
 
     name = "postgres"
     dialect = "postgres"
+    #: UNAVAILABLE from a server (refused, lost, restarting) is transient: actors retry it
+    transient_unavailable = True
 
     def __init__(self, settings: ServerSettings | dict | None = None) -> None:
         if not isinstance(settings, ServerSettings):

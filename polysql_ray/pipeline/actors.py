@@ -21,19 +21,52 @@ from polysql_ray.store.schema import SCORE_SCHEMA
 
 
 class ExecutionActor:
-    """Runs SQL on one engine. Created as a Ray actor by the driver.
+    """Runs SQL on one engine. Created as a Ray actor by the driver (restartable: it holds no
+    state beyond connections, so Ray's ``max_restarts``/``max_task_retries`` can replay a batch).
 
     Args:
         engine: engine name (``sqlite``, ``duckdb`` ...).
         settings: engine settings from ``engines.<name>`` (minus scheduling keys).
-        limits: per-query timeout (s) and row cap.
+        limits: per-query timeout (s), row cap, result bytes, SQL length.
+        retry_s: for engines whose ``UNAVAILABLE`` is transient (servers: connection refused,
+            lost, restarting), how long one outage is retried with exponential backoff before
+            the statement is returned ``UNAVAILABLE`` (stored as ``unavailable``, not a verdict).
     """
 
-    def __init__(self, engine: str, settings: dict, limits: dict) -> None:
+    #: Backoff between retries of an unavailable server: first wait, cap (seconds).
+    BACKOFF_S = (0.5, 8.0)
+
+    def __init__(self, engine: str, settings: dict, limits: dict, retry_s: float = 120.0) -> None:
         from polysql_ray.engines.registry import make_engine
 
         self.engine = make_engine(engine, **settings)
         self.limits = Limits(**limits)
+        self.retry_s = float(retry_s) if getattr(self.engine, "transient_unavailable", False) else 0.0
+        self._outage_since: float | None = None
+
+    def _execute_one(self, location: str, sql: str) -> ExecutionResult:
+        try:
+            return self.limits.enforce(self.engine.execute(location, sql, self.limits))
+        except Exception as exc:  # an engine bug must not kill the batch: keep it visible
+            return ExecutionResult.failure(ExecStatus.RUNTIME, f"engine raised {type(exc).__name__}: {exc}")
+
+    def execute_one(self, location: str, sql: str) -> ExecutionResult:
+        """One statement, retrying an unavailable server with backoff within this outage's
+        budget (:attr:`retry_s`, shared by every statement of the actor while the outage lasts)."""
+        delay = self.BACKOFF_S[0]
+        while True:
+            res = self._execute_one(location, sql)
+            if res.status is not ExecStatus.UNAVAILABLE:
+                self._outage_since = None
+                return res
+            now = time.monotonic()
+            if self._outage_since is None:
+                self._outage_since = now
+            left = self._outage_since + self.retry_s - now
+            if left <= 0:
+                return res
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, self.BACKOFF_S[1])
 
     def execute_batch(self, requests: list[tuple[str, str]]):
         """Run ``[(location, sql), ...]``; returns one ExecutionResult per request followed by a
@@ -42,12 +75,8 @@ class ExecutionActor:
         engine_s = 0.0
         for location, sql in requests:
             t0 = time.perf_counter()
-            try:
-                res = self.limits.enforce(self.engine.execute(location, sql, self.limits))
-            except Exception as exc:  # an engine bug must not kill the batch: keep it visible
-                res = ExecutionResult.failure(ExecStatus.RUNTIME, f"engine raised {type(exc).__name__}: {exc}")
+            out.append(self.execute_one(location, sql))
             engine_s += time.perf_counter() - t0
-            out.append(res)
         out.append({"n": len(requests), "engine_s": engine_s})
         return tuple(out)
 

@@ -77,6 +77,11 @@ class RunStats:
     errors: list = field(default_factory=list)
     proven: int = 0
     generation: Any = None
+    unavailable: dict = field(default_factory=lambda: collections.Counter())  # engine -> rows left
+    unavailable_examples: dict = field(default_factory=dict)  # engine -> one error message
+    crashed: int = 0            # executions isolated after killing their engine process
+    actor_failures: int = 0     # execution batches lost with their actor and resubmitted
+    quarantined: list = field(default_factory=list)
     replicate_s: float = 0.0
     wall_s: float = 0.0
     stage_s: dict = field(default_factory=dict)
@@ -354,9 +359,14 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
     for engine in engines:
         ecfg = (cfg.get("engines") or {}).get(engine) or {}
         n = max(1, int(ecfg.get("actors", 1)))
+        # a dead actor (killed, OOM, an engine crash) is restarted and its in-flight batches are
+        # retried by Ray; what still fails is split into single statements below
         cls = ray.remote(ExecutionActor).options(num_cpus=float(ecfg.get("num_cpus", 0.5)),
-                                                 num_gpus=float(ecfg.get("num_gpus", 0) or 0))
-        actors[engine] = [cls.remote(engine, _engine_settings(cfg, engine), limits) for _ in range(n)]
+                                                 num_gpus=float(ecfg.get("num_gpus", 0) or 0),
+                                                 max_restarts=-1, max_task_retries=ACTOR_TASK_RETRIES)
+        actors[engine] = [cls.remote(engine, _engine_settings(cfg, engine), limits,
+                                     float(pcfg.get("unavailable_retry_s", 120)))
+                          for _ in range(n)]
     _check_fits(cfg, engines)
     max_exec = int(pcfg["max_inflight_exec"])
     max_score = int(pcfg["max_inflight_score"])
@@ -369,16 +379,18 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
     ptasks = {e: progress.add(f"execute [{e}]", len(queues[e])) for e in engines}
     stask = progress.add("score", len(items))
     rr = collections.Counter()
+    singles: dict[str, collections.deque] = collections.defaultdict(collections.deque)
+    attempts: collections.Counter = collections.Counter()
 
     def submit_exec() -> None:
         for engine in engines:
-            q = queues[engine]
+            q, one = queues[engine], singles[engine]
             pool = actors[engine]
-            while q:
+            while q or one:
                 a = min(range(len(pool)), key=lambda i: inflight_per_actor[(engine, i)])
                 if inflight_per_actor[(engine, a)] >= max_exec:
                     break
-                reqs = [q.popleft() for _ in range(min(exec_bs, len(q)))]
+                reqs = [one.popleft()] if one else [q.popleft() for _ in range(min(exec_bs, len(q)))]
                 refs = pool[a].execute_batch.options(num_returns=len(reqs) + 1).remote(
                     [(r.location, r.sql) for r in reqs])
                 refs = list(refs) if isinstance(refs, (list, tuple)) else [refs]
@@ -398,10 +410,33 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
             ref = score_batch.options(num_cpus=float(pcfg.get("score_num_cpus", 0.25))).remote(metas, [ref_of[d] for d in deps], policy)
             score_inflight[ref] = b
 
+    def exec_failed(engine: str, keys: list[str], exc: BaseException) -> list[str]:
+        """An execution batch failed although Ray restarted its actor and retried it: split it
+        into single statements, so a statement that crashes its engine process is isolated;
+        a single statement that failed :data:`CRASH_ATTEMPTS` times is recorded as its own
+        runtime failure. Returns the keys now settled."""
+        from polysql_ray.engines.base import ExecStatus, ExecutionResult
+
+        stats.actor_failures += 1
+        settled = []
+        for k in keys:
+            attempts[k] += 1
+            if len(keys) > 1 or attempts[k] < CRASH_ATTEMPTS:
+                singles[engine].append(requests[k])
+                continue
+            stats.crashed += 1
+            log.warning("isolated an execution that killed the %s engine process %d times: %s",
+                        engine, attempts[k], _root_message(exc)[:200])
+            ref_of[k] = ray.put(ExecutionResult.failure(
+                ExecStatus.RUNTIME, f"the {engine} engine process died running this statement "
+                f"({attempts[k]} attempts): {_root_message(exc)[:300]}"))
+            settled.append(k)
+        return settled
+
     submit_exec()
     submit_scores()
     try:
-        with BufferedWriter(store, int(pcfg.get("flush_rows", 5000))) as writer:
+        with BufferedWriter(store, int(pcfg.get("flush_rows", 1))) as writer:
             while exec_inflight or score_inflight or ready:
                 waitable = list(exec_inflight) + list(score_inflight)
                 done, _ = ray.wait(waitable, num_returns=1, timeout=5.0)
@@ -409,9 +444,13 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
                     if ref in exec_inflight:
                         engine, a, keys = exec_inflight.pop(ref)
                         inflight_per_actor[(engine, a)] -= 1
-                        st = ray.get(ref)
-                        stats.engine_s[engine] += st["engine_s"]
-                        progress.advance(ptasks[engine], st["n"])
+                        try:
+                            st = ray.get(ref)
+                        except ray.exceptions.RayError as exc:
+                            keys = exec_failed(engine, keys, exc)
+                        else:
+                            stats.engine_s[engine] += st["engine_s"]
+                            progress.advance(ptasks[engine], st["n"])
                         for k in keys:
                             for b in waiting_on.pop(k, ()):
                                 missing[b] -= 1
@@ -421,6 +460,7 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
                         b = score_inflight.pop(ref)
                         table = ray.get(ref)
                         writer.add(table)
+                        _count_unavailable(table, stats)
                         stats.items_scored += table.num_rows
                         progress.advance(stask, table.num_rows)
                         # release result sets no later batch needs
@@ -435,6 +475,27 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
         for pool in actors.values():
             for a in pool:
                 ray.kill(a)
+
+
+#: Ray retries of an execution batch whose actor died (the actor itself restarts without limit).
+ACTOR_TASK_RETRIES = 1
+#: A single statement whose execution killed its actor this many times is a runtime failure.
+CRASH_ATTEMPTS = 2
+
+
+def _count_unavailable(table, stats: RunStats) -> None:
+    """Count the rows of a scored batch that could not run (verdict ``unavailable``)."""
+    import pyarrow.compute as pc
+
+    mask = pc.fill_null(pc.equal(table.column("verdict"), "unavailable"), False)
+    if not pc.any(mask).as_py():
+        return
+    for row in table.filter(mask).select(["target_engine", "source_engine", "reason", "gold_error",
+                                           "pred_error"]).to_pylist():
+        engine = row["source_engine"] if row["reason"] == "gold_unavailable" else row["target_engine"]
+        stats.unavailable[engine] += 1
+        msg = row["gold_error"] if row["reason"] == "gold_unavailable" else row["pred_error"]
+        stats.unavailable_examples.setdefault(engine, (msg or "")[:300])
 
 
 def _check_fits(cfg: dict, engines: list[str]) -> None:
@@ -468,37 +529,60 @@ def _item_meta(it: WorkItem, index: dict[str, int], run_id: str) -> dict:
 
 # --------------------------------------------------------------------------- the run
 
-def init_ray(cfg: dict) -> None:
-    """Start a local Ray cluster, or join ``ray.address`` (``RAY_ADDRESS``) when set."""
-    if ray.is_initialized():
-        return
+def ray_init_kwargs(cfg: dict) -> dict[str, Any]:
+    """``ray.init`` arguments: a NEW local cluster (``address="local"``) unless ``ray.address``
+    is set, so a run never attaches to a cluster some earlier ``ray start`` left on the
+    machine (another user's, another venv's, a stale one). Joining is explicit:
+    ``ray.address=auto`` or ``ray.address=ray://host:10001`` (or ``RAY_ADDRESS`` via the
+    config's interpolation)."""
     rc = cfg.get("ray") or {}
     kwargs: dict[str, Any] = {"include_dashboard": bool(rc.get("include_dashboard", False)),
                               "log_to_driver": bool(rc.get("log_to_driver", False)),
                               "configure_logging": True, "logging_level": logging.WARNING}
     if rc.get("address"):
-        kwargs["address"] = rc["address"]
-    elif rc.get("num_cpus"):
-        kwargs["num_cpus"] = int(rc["num_cpus"])
-    ray.init(**kwargs)
+        kwargs["address"] = str(rc["address"])
+    else:
+        kwargs["address"] = "local"
+        if rc.get("num_cpus"):
+            kwargs["num_cpus"] = int(rc["num_cpus"])
+    return kwargs
+
+
+def init_ray(cfg: dict) -> None:
+    """Start the run's own local Ray cluster, or join ``ray.address`` when set
+    (:func:`ray_init_kwargs`)."""
+    if ray.is_initialized():
+        return
+    ray.init(**ray_init_kwargs(cfg))
 
 
 def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[RunStats, Any]:
     """Run the composed config end to end. Returns (stats, EX table as an Arrow table).
 
-    Finished work is never lost: each scored batch is in the store before the next starts,
-    and a rerun skips every stored key.
+    Finished work is never lost: each scored batch is written (commit by rename) as it
+    arrives, so ``kill -9`` loses at most the batch being written; a rerun skips every stored
+    key. The run holds the results_dir writer lock throughout (a concurrent run waits).
+    Executions that could not run (server down past ``pipeline.unavailable_retry_s``) are
+    stored as ``unavailable`` and counted in ``stats.unavailable``; the next run rescores them.
     """
+    from polysql_ray.config import validate
+
+    t_start = time.perf_counter()
+    validate(cfg)
+    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+    stats = RunStats(run_id=run_id)
+    store = ResultsStore(cfg["results_dir"])
+    with store.lock(run_id):  # one writer per results_dir: concurrent runs never double a key
+        return _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_start)
+
+
+def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_start):
     from polysql_ray.comparison.policy import ComparisonPolicy
     from polysql_ray.pipeline.generate import GenerationStage, close_generators
     from polysql_ray.pipeline.manifest import run_manifest
     from polysql_ray.pipeline.summary import ex_table
     from polysql_ray.store.generations import GenerationsStore
 
-    t_start = time.perf_counter()
-    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
-    stats = RunStats(run_id=run_id)
-    store = ResultsStore(cfg["results_dir"])
     grid = build_grid(cfg, conf_loader)
     stats.cells = len(grid.cells)
     policy = ComparisonPolicy.from_config(cfg.get("policy") or {})
@@ -548,6 +632,8 @@ def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[Ru
                 stats.stage_s["execute+score"] = time.perf_counter() - t0
     finally:
         close_generators(grid.generators)
+        store.compact()
+    stats.quarantined = list(store.quarantined)
     stats.stage_s["generate"] = gen_stage.stats.seconds
     stats.wall_s = time.perf_counter() - t_start
     table = ex_table(store, [c.key for c in grid.cells])

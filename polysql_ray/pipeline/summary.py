@@ -9,7 +9,9 @@ One row per (model, dataset, dialect, instruction_level):
 * ``timeouts``: predictions interrupted by the engine timeout; ``ex_no_timeouts`` excludes them
   from the denominator too (evaluation-notes section 4);
 * ``exec_errors``: predictions that did not execute for another reason (syntax, schema ...);
-* ``proven``: verdicts decided structurally without execution.
+* ``proven``: verdicts decided structurally without execution;
+* ``unavailable``: questions not scored because an execution could not run (server down ...):
+  excluded from every column above, rescored by the next run.
 """
 from __future__ import annotations
 
@@ -23,19 +25,22 @@ from polysql_ray.store.parquet import ResultsStore
 
 _SQL = """
 SELECT model, dataset, dialect, instruction_level,
-       count(*)                                             AS n,
+       count(*) FILTER (WHERE verdict <> 'unavailable')    AS n,
        count(*) FILTER (WHERE correct)                      AS correct,
        count(*) FILTER (WHERE verdict = 'gold_error')       AS gold_errors,
        round(100.0 * count(*) FILTER (WHERE correct)
-             / nullif(count(*) FILTER (WHERE verdict <> 'gold_error'), 0), 2) AS ex,
-       round(100.0 * count(*) FILTER (WHERE correct) / count(*), 2)          AS ex_all,
+             / nullif(count(*) FILTER (WHERE verdict NOT IN ('gold_error', 'unavailable')), 0), 2) AS ex,
+       round(100.0 * count(*) FILTER (WHERE correct)
+             / nullif(count(*) FILTER (WHERE verdict <> 'unavailable'), 0), 2) AS ex_all,
        count(*) FILTER (WHERE reason = 'pred_timeout')      AS timeouts,
        round(100.0 * count(*) FILTER (WHERE correct)
-             / nullif(count(*) FILTER (WHERE verdict <> 'gold_error' AND reason <> 'pred_timeout'), 0), 2)
+             / nullif(count(*) FILTER (WHERE verdict NOT IN ('gold_error', 'unavailable')
+                                       AND reason <> 'pred_timeout'), 0), 2)
                                                             AS ex_no_timeouts,
        count(*) FILTER (WHERE verdict = 'fail' AND reason LIKE 'pred_%' AND reason <> 'pred_timeout')
                                                             AS exec_errors,
-       count(*) FILTER (WHERE basis = 'proven')             AS proven
+       count(*) FILTER (WHERE basis = 'proven' AND verdict <> 'unavailable') AS proven,
+       count(*) FILTER (WHERE verdict = 'unavailable')     AS unavailable
 FROM scores
 GROUP BY ALL
 ORDER BY dataset, model, instruction_level, dialect
@@ -44,7 +49,7 @@ ORDER BY dataset, model, instruction_level, dialect
 
 def ex_table(store: ResultsStore, cell_keys: list[str] | None = None) -> pa.Table:
     """EX table (Arrow) over the stored rows of the given cells (all cells when None)."""
-    scores = store.read(cell_keys=cell_keys)
+    scores = store.read(cell_keys=cell_keys, unavailable=True)
     con = duckdb.connect()
     con.register("scores", scores)
     return con.sql(_SQL).to_arrow_table()
