@@ -20,6 +20,7 @@ import collections
 import datetime as dt
 import logging
 import os
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from polysql_ray.generation.base import GenStatus, Prediction
 from polysql_ray.pipeline.plan import Cell, ExecRequest, WorkItem, exec_key
 from polysql_ray.pipeline.progress import Progress
 from polysql_ray.pipeline.structural import StructuralJob
-from polysql_ray.store.parquet import BufferedWriter, ResultsStore, cell_key, score_key
+from polysql_ray.store.parquet import BufferedWriter, ResultsStore, cell_key, score_key, storable_text
 
 log = logging.getLogger("polysql_ray")
 
@@ -336,6 +337,7 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
     exec_bs, score_bs = int(pcfg["exec_batch_size"]), int(pcfg["score_batch_size"])
     limits = dict(cfg["limits"])
 
+    _warn_malformed(items)
     # order work so that score batches complete early: group by dataset and database
     items = sorted(items, key=lambda it: (it.cell.dataset, it.example.db_id, it.example.position, it.cell.key))
     batches = [items[i:i + score_bs] for i in range(0, len(items), score_bs)]
@@ -512,6 +514,21 @@ def _check_fits(cfg: dict, engines: list[str]) -> None:
             f"engines.<name>.actors / engines.<name>.num_cpus or pipeline.score_num_cpus")
 
 
+def _warn_malformed(items: list[WorkItem], show: int = 3) -> None:
+    """One line per prediction whose text has no UTF-8 encoding (a lone surrogate): it is
+    refused by the sandbox (``rejected``) and stored escaped; the run goes on."""
+    from polysql_ray.engines.guard import malformed_text
+
+    bad = [(it, msg) for it in items if it.prediction.pred_sql
+           for msg in [malformed_text(it.prediction.pred_sql)] if msg and "surrogate" in msg]
+    for it, msg in bad[:show]:
+        print(f"polysql_ray: warning: prediction {it.example.question_id!r} of model {it.cell.model!r}: "
+              f"{msg}; scored as rejected, stored escaped", file=sys.stderr)
+    if len(bad) > show:
+        print(f"polysql_ray: warning: ... and {len(bad) - show} more predictions with malformed text",
+              file=sys.stderr)
+
+
 def _item_meta(it: WorkItem, index: dict[str, int], run_id: str) -> dict:
     ex, cell, pred = it.example, it.cell, it.prediction
     return {
@@ -519,8 +536,8 @@ def _item_meta(it: WorkItem, index: dict[str, int], run_id: str) -> dict:
         "generator": cell.generator, "generator_fingerprint": cell.generator_fingerprint,
         "dataset": cell.dataset, "dialect": cell.dialect, "source_engine": ex.source_engine,
         "target_engine": cell.target_engine, "instruction_level": cell.instruction_level,
-        "question_id": ex.question_id, "db_id": ex.db_id, "gold_sql": ex.gold_sql,
-        "pred_sql": pred.pred_sql, "gen_status": GenStatus(pred.status).value,
+        "question_id": ex.question_id, "db_id": ex.db_id, "gold_sql": storable_text(ex.gold_sql),
+        "pred_sql": storable_text(pred.pred_sql), "gen_status": GenStatus(pred.status).value,
         "_gold": index.get(it.gold), "_probe": index.get(it.probe), "_pred": index.get(it.pred),
         "_shape": it.shape, "_gen_status": GenStatus(pred.status).value, "_gold_error": ex.gold_error,
         "_structural": it.structural,

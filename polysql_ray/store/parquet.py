@@ -62,7 +62,7 @@ log = logging.getLogger("polysql_ray")
 
 def stable_hash(*parts: object, n: int = 32) -> str:
     """sha256 over the JSON encoding of ``parts`` (sorted keys), hex, first ``n`` characters."""
-    blob = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False).encode()
+    blob = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8", "surrogatepass")
     return hashlib.sha256(blob).hexdigest()[:n]
 
 
@@ -342,6 +342,18 @@ class ResultsStore:
             raise StoreError(f"cannot write to results_dir {self.root}: {exc.strerror or exc}; "
                              f"set results_dir=<writable folder>") from exc
         return folder
+
+
+def storable_text(text: str | None) -> str | None:
+    """``text`` as Parquet can store it: a lone surrogate (``"\\ud800"`` in JSON, no UTF-8
+    encoding) becomes the escape ``\\ud800``; valid text is returned unchanged."""
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def damaged_part(path: Path) -> str | None:
