@@ -43,6 +43,7 @@ class ExecutionActor:
         self.limits = Limits(**limits)
         self.retry_s = float(retry_s) if getattr(self.engine, "transient_unavailable", False) else 0.0
         self._outage_since: float | None = None
+        self.retries = 0  # executions repeated because the server was unavailable
 
     def _execute_one(self, location: str, sql: str) -> ExecutionResult:
         try:
@@ -66,18 +67,21 @@ class ExecutionActor:
             if left <= 0:
                 return res
             time.sleep(min(delay, left))
+            self.retries += 1
             delay = min(delay * 2, self.BACKOFF_S[1])
 
     def execute_batch(self, requests: list[tuple[str, str]]):
         """Run ``[(location, sql), ...]``; returns one ExecutionResult per request followed by a
-        stats dict ``{"n": int, "engine_s": float}`` (``num_returns = len(requests) + 1``)."""
+        stats dict ``{"n": int, "engine_s": float, "retries": int}`` (``num_returns =
+        len(requests) + 1``; ``retries``: repeats of unavailable executions in this batch)."""
         out: list[Any] = []
         engine_s = 0.0
+        retries0 = self.retries
         for location, sql in requests:
             t0 = time.perf_counter()
             out.append(self.execute_one(location, sql))
             engine_s += time.perf_counter() - t0
-        out.append({"n": len(requests), "engine_s": engine_s})
+        out.append({"n": len(requests), "engine_s": engine_s, "retries": self.retries - retries0})
         return tuple(out)
 
     def ping(self) -> str:

@@ -80,6 +80,7 @@ class RunStats:
     generation: Any = None
     unavailable: dict = field(default_factory=lambda: collections.Counter())  # engine -> rows left
     unavailable_examples: dict = field(default_factory=dict)  # engine -> one error message
+    exec_retries: int = 0       # executions repeated while a server was unavailable
     crashed: int = 0            # executions isolated after killing their engine process
     actor_failures: int = 0     # execution batches lost with their actor and resubmitted
     quarantined: list = field(default_factory=list)
@@ -452,6 +453,7 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
                             keys = exec_failed(engine, keys, exc)
                         else:
                             stats.engine_s[engine] += st["engine_s"]
+                            stats.exec_retries += st.get("retries", 0)
                             progress.advance(ptasks[engine], st["n"])
                         for k in keys:
                             for b in waiting_on.pop(k, ()):
