@@ -569,10 +569,66 @@ def ray_init_kwargs(cfg: dict) -> dict[str, Any]:
 
 def init_ray(cfg: dict) -> None:
     """Start the run's own local Ray cluster, or join ``ray.address`` when set
-    (:func:`ray_init_kwargs`)."""
+    (:func:`ray_init_kwargs`). A local cluster gets a reaper (:data:`REAPER`): if the driver
+    dies without shutting Ray down (``kill -9``), the cluster's processes go with it."""
     if ray.is_initialized():
         return
-    ray.init(**ray_init_kwargs(cfg))
+    kwargs = ray_init_kwargs(cfg)
+    ray.init(**kwargs)
+    if kwargs["address"] == "local":
+        _start_reaper()
+
+
+#: Runs beside a driver that started a local cluster: every second it notes the driver's
+#: descendant processes (pid + start time, from /proc); once the driver is gone it SIGKILLs the
+#: noted ones still alive (raylet, GCS, agents, workers that Ray would otherwise leave behind
+#: after ``kill -9`` of the driver). Exits quietly when nothing is left.
+REAPER = """
+import os, sys, time, signal
+from pathlib import Path
+driver = int(sys.argv[1])
+def stat(pid):
+    try:
+        f = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        return int(f[1]), f[19]
+    except (OSError, ValueError, IndexError):
+        return None
+def tree():
+    kids = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            st = stat(d.name)
+            if st:
+                kids.setdefault(st[0], []).append((int(d.name), st[1]))
+    out, todo = {}, [driver]
+    while todo:
+        for pid, t0 in kids.get(todo.pop(), []):
+            if pid not in out and pid != os.getpid():
+                out[pid] = t0
+                todo.append(pid)
+    return out
+seen = {}
+while stat(driver) is not None:
+    seen.update(tree())
+    time.sleep(1.0)
+for pid, t0 in seen.items():
+    st = stat(pid)
+    if st is not None and st[1] == t0:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+"""
+
+
+def _start_reaper() -> None:
+    import subprocess
+
+    if not os.path.isdir("/proc"):
+        return
+    subprocess.Popen([sys.executable, "-c", REAPER, str(os.getpid())],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True, close_fds=True)
 
 
 def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[RunStats, Any]:
