@@ -213,3 +213,34 @@ def test_unset_address_starts_a_new_local_cluster():
     assert ray_init_kwargs({"ray": {"address": None}})["address"] == "local"
     assert ray_init_kwargs({"ray": {}})["address"] == "local"
     assert ray_init_kwargs({"ray": {"address": "auto"}})["address"] == "auto"
+
+
+def test_statement_that_crashes_its_engine_is_isolated_to_its_own_item(ray_session, tmp_path):
+    """The actor dies on one statement every time: Ray restarts it and retries the batch, the
+    driver then splits the batch into single statements; only that one prediction gets a
+    runtime failure, every other verdict equals an undisturbed run's."""
+    import json
+
+    from polysql_ray.store.parquet import ResultsStore
+
+    preds = [json.loads(x) for x in
+             (Path(__file__).parents[1] / "polysql_ray/quickstart/data/flawed.jsonl").read_text().splitlines() if x]
+    crash_sql = "SELECT 4242 AS crash_me"
+    preds[3]["pred_sql"] = crash_sql
+    pfile = tmp_path / "preds.jsonl"
+    pfile.write_text("".join(json.dumps(p) + "\n" for p in preds))
+    common = ["+sweep=quickstart", "progress=false", "dialects=[duckdb]",
+              f"sweep.models=[{{name: crashy, generator: replay, predictions: {pfile}}}]",
+              f"replication.dir={tmp_path / 'replicas'}", "pipeline.exec_batch_size=8"]
+    stats0, _ = run(*compose(common + [f"results_dir={tmp_path / 'clean'}"]))
+    stats, _ = run(*compose(common + [f"results_dir={tmp_path / 'crash'}",
+                                      f"+engines.duckdb._fault_exit_on='{crash_sql}'"]))
+    assert stats.crashed == 1 and stats.items_scored == 34
+    clean = {r["key"]: r for r in ResultsStore(tmp_path / "clean").read().to_pylist()}
+    crash = {r["key"]: r for r in ResultsStore(tmp_path / "crash").read().to_pylist()}
+    assert clean.keys() == crash.keys()
+    differ = [k for k in clean if tuple(clean[k][c] for c in COMPARE) != tuple(crash[k][c] for c in COMPARE)]
+    assert len(differ) == 1
+    row = crash[differ[0]]
+    assert row["pred_sql"] == crash_sql and row["pred_status"] == "runtime"
+    assert "engine process died" in row["pred_error"]

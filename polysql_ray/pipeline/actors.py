@@ -31,6 +31,9 @@ class ExecutionActor:
         retry_s: for engines whose ``UNAVAILABLE`` is transient (servers: connection refused,
             lost, restarting), how long one outage is retried with exponential backoff before
             the statement is returned ``UNAVAILABLE`` (stored as ``unavailable``, not a verdict).
+
+    Fault injection (tests only): ``settings["_fault_exit_on"] = SQL`` makes the actor's
+    process exit abruptly when asked to run exactly that text, as an engine crash would.
     """
 
     #: Backoff between retries of an unavailable server: first wait, cap (seconds).
@@ -39,6 +42,8 @@ class ExecutionActor:
     def __init__(self, engine: str, settings: dict, limits: dict, retry_s: float = 120.0) -> None:
         from polysql_ray.engines.registry import make_engine
 
+        settings = dict(settings)
+        self._fault_exit_on = settings.pop("_fault_exit_on", None)
         self.engine = make_engine(engine, **settings)
         self.limits = Limits(**limits)
         self.retry_s = float(retry_s) if getattr(self.engine, "transient_unavailable", False) else 0.0
@@ -46,6 +51,10 @@ class ExecutionActor:
         self.retries = 0  # executions repeated because the server was unavailable
 
     def _execute_one(self, location: str, sql: str) -> ExecutionResult:
+        if self._fault_exit_on is not None and sql == self._fault_exit_on:
+            import os
+
+            os._exit(134)  # as if the engine had crashed the process (SIGABRT-like status)
         try:
             return self.limits.enforce(self.engine.execute(location, sql, self.limits))
         except Exception as exc:  # an engine bug must not kill the batch: keep it visible

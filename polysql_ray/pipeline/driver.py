@@ -384,16 +384,27 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
     rr = collections.Counter()
     singles: dict[str, collections.deque] = collections.defaultdict(collections.deque)
     attempts: collections.Counter = collections.Counter()
+    alone: set[tuple[str, int]] = set()  # actors running one suspect statement by itself
 
     def submit_exec() -> None:
         for engine in engines:
             q, one = queues[engine], singles[engine]
             pool = actors[engine]
             while q or one:
-                a = min(range(len(pool)), key=lambda i: inflight_per_actor[(engine, i)])
-                if inflight_per_actor[(engine, a)] >= max_exec:
-                    break
-                reqs = [one.popleft()] if one else [q.popleft() for _ in range(min(exec_bs, len(q)))]
+                if one:  # a suspect runs alone on an idle actor, so a crash blames only it
+                    idle = [i for i in range(len(pool)) if inflight_per_actor[(engine, i)] == 0]
+                    if not idle:
+                        break
+                    a, reqs = idle[0], [one.popleft()]
+                    alone.add((engine, a))
+                else:
+                    free = [i for i in range(len(pool)) if (engine, i) not in alone]
+                    if not free:
+                        break
+                    a = min(free, key=lambda i: inflight_per_actor[(engine, i)])
+                    if inflight_per_actor[(engine, a)] >= max_exec:
+                        break
+                    reqs = [q.popleft() for _ in range(min(exec_bs, len(q)))]
                 refs = pool[a].execute_batch.options(num_returns=len(reqs) + 1).remote(
                     [(r.location, r.sql) for r in reqs])
                 refs = list(refs) if isinstance(refs, (list, tuple)) else [refs]
@@ -423,7 +434,7 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
         stats.actor_failures += 1
         settled = []
         for k in keys:
-            attempts[k] += 1
+            attempts[k] += len(keys) == 1  # only a statement that failed alone is blamed
             if len(keys) > 1 or attempts[k] < CRASH_ATTEMPTS:
                 singles[engine].append(requests[k])
                 continue
@@ -447,6 +458,7 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
                     if ref in exec_inflight:
                         engine, a, keys = exec_inflight.pop(ref)
                         inflight_per_actor[(engine, a)] -= 1
+                        alone.discard((engine, a))
                         try:
                             st = ray.get(ref)
                         except ray.exceptions.RayError as exc:
