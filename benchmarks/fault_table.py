@@ -41,7 +41,10 @@ SERVER_CMDS = {
     "stop": [["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", "stop", "-m", "fast"],
              ["mysqladmin", "--protocol=tcp", "-h", "127.0.0.1", "-u", "root", "shutdown"]],
     "start": [["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", "start"],
-              ["start-stop-daemon", "--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd"]],
+              # --pidfile: without it start-stop-daemon sees ANY mariadbd (a private instance on
+              # another port) as "already running" and starts nothing
+              ["start-stop-daemon", "--start", "--oknodo", "--background",
+               "--pidfile", "/run/mysqld/mysqld.pid", "--exec", "/usr/sbin/mariadbd"]],
 }
 
 
@@ -68,15 +71,17 @@ def stored(results_dir: Path, sub: str = "scores"):
     return -1, -1
 
 
-def differing(results_dir: Path, baseline: Path) -> int:
-    """Keys whose stored row differs from the baseline's (or is missing from either side)."""
+def differing(results_dir: Path, baseline: Path) -> tuple[int, int]:
+    """(keys stored on both sides whose row differs, baseline keys not stored here)."""
     def lst(d):
         return "[" + ",".join(f"'{f}'" for f in sorted((d / "scores").rglob("*.parquet"))) + "]"
     cond = " OR ".join(f"a.{c} IS DISTINCT FROM b.{c}" for c in COMPARE)
     return duckdb.sql(
-        f"SELECT count(*) FROM (SELECT DISTINCT ON (key) * FROM read_parquet({lst(results_dir)})) a "
-        f"FULL JOIN (SELECT DISTINCT ON (key) * FROM read_parquet({lst(baseline)})) b USING (key) "
-        f"WHERE a.key IS NULL OR b.key IS NULL OR {cond}").fetchall()[0][0]
+        f"SELECT count(*) FILTER (WHERE a.key IS NOT NULL AND b.key IS NOT NULL AND ({cond})), "
+        f"count(*) FILTER (WHERE a.key IS NULL) "
+        f"FROM (SELECT DISTINCT ON (key) * FROM read_parquet({lst(results_dir)})) a "
+        f"FULL JOIN (SELECT DISTINCT ON (key) * FROM read_parquet({lst(baseline)})) b USING (key)"
+    ).fetchall()[0]
 
 
 def descendants(pid: int) -> set[int]:
@@ -159,10 +164,10 @@ def main() -> None:
     def record(name, d, codes, note=""):
         rows, keys = stored(d)
         unav, _ = stored(d, "unavailable")
-        diff = differing(d, base) if (base / "scores").is_dir() and name != "baseline" else 0
-        results.append((name, rows, keys, rows - keys, diff, unav, codes, note))
-        print(f"{name}: rows {rows} keys {keys} dup {rows - keys} differing {diff} unavailable {unav} "
-              f"exit {codes} {note}", flush=True)
+        diff, missing = differing(d, base) if (base / "scores").is_dir() and name != "baseline" else (0, 0)
+        results.append((name, rows, keys, rows - keys, diff, missing, unav, codes, note))
+        print(f"{name}: rows {rows} keys {keys} dup {rows - keys} differing {diff} missing {missing} "
+              f"unavailable {unav} exit {codes} {note}", flush=True)
 
     def fresh(name):
         d = out / name
@@ -262,10 +267,10 @@ def main() -> None:
             record("truncated", d, [code], last_line(out / "truncated.log"))
 
     print("\n| fault | rows planned | rows stored | duplicates | differing from undisturbed | "
-          "unavailable left | exit | note |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, rows, keys, dup, diff, unav, codes, note in results:
-        print(f"| {name} | {planned} | {rows} | {dup} | {diff} | {unav} | {codes} | {note} |")
+          "not stored | unavailable left | exit | note |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, rows, keys, dup, diff, missing, unav, codes, note in results:
+        print(f"| {name} | {planned} | {rows} | {dup} | {diff} | {missing} | {unav} | {codes} | {note} |")
 
 
 if __name__ == "__main__":
