@@ -113,6 +113,19 @@ def test_truncated_part_is_quarantined_and_its_keys_rescored(tmp_path, capsys):
     assert summary.rows_kept == 10
 
 
+def test_stats_job_skips_a_damaged_part_with_one_line(tmp_path, capsys):
+    from polysql_ray.statistics.load import load_scores
+
+    store = ResultsStore(tmp_path)
+    store.append(_rows("cellA", range(4)))
+    bad = store.append(_rows("cellB", range(4)))[0]
+    bad.write_bytes(b"PAR1 not really")
+    _, summary = load_scores(tmp_path)
+    assert summary.rows_kept == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "damaged part file" in err[0]
+
+
 def test_unavailable_rows_live_apart_and_leave_once_scored(tmp_path):
     store = ResultsStore(tmp_path)
     with store.lock("r1"):

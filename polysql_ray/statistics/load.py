@@ -72,13 +72,22 @@ def sql_list(values: tuple[str, ...] | list[str]) -> str:
 
 
 def store_files(results_dir: str | Path) -> list[Path]:
-    """Sorted Parquet files of the store under ``<results_dir>/scores`` (recursive).
+    """Sorted readable Parquet files of the store under ``<results_dir>/scores`` (recursive);
+    a damaged one (truncated, not Parquet) is skipped with a one-line warning.
 
     Raises:
         FileNotFoundError: no ``scores`` folder or no Parquet file in it.
     """
+    import sys
+
+    from polysql_ray.store.parquet import damaged_part
+
     root = Path(results_dir) / "scores"
     files = sorted(p for p in root.rglob("*.parquet") if p.is_file()) if root.is_dir() else []
+    for bad in [p for p in files if damaged_part(p) is not None]:
+        print(f"polysql_ray: warning: skipping damaged part file {bad} ({damaged_part(bad)}); "
+              f"the next run quarantines it and rescores its rows", file=sys.stderr)
+        files.remove(bad)
     if not files:
         raise FileNotFoundError(f"no score files under {root}/**/*.parquet")
     return files
