@@ -61,3 +61,44 @@ def test_hostile(setup, engine_name, case):
         assert probe.ok and probe.table.column(0)[0].as_py() == case.after[1], (probe.status, probe.error)
     canary = engine.execute(loc, CANARY[0], LIMITS)
     assert canary.ok and canary.table.column(0)[0].as_py() == CANARY[1], (canary.status, canary.error)
+
+
+# The server-side layers alone, with the client-side guard and denylist bypassed (as for SQL the
+# guard cannot read): each must still end typed, and the session must come back clean.
+BYPASS = {
+    "mysql": [
+        ("SET STATEMENT max_statement_time = 0 FOR SELECT SLEEP(5)", {S.TIMEOUT}),  # watchdog KILL QUERY
+        ("DO SLEEP(0)", {S.REJECTED}),                 # no result set / Com_select
+        ("CHECKSUM TABLE singer", {S.REJECTED}),       # a result set, but not a SELECT
+        ("HANDLER singer OPEN", {S.REJECTED}),
+        ("SELECT LOAD_FILE('/etc/passwd')", {S.OK}),   # NULL: no FILE privilege, nothing read
+        ("SELECT * FROM singer INTO OUTFILE '/tmp/polysql_bypass'", {S.REJECTED}),
+    ],
+    "postgres": [
+        ("SELECT pg_terminate_backend(pg_backend_pid())", {S.REJECTED}),
+        ("SELECT set_config('statement_timeout', '0', false)", {S.REJECTED}),
+        ("SELECT query FROM pg_stat_activity", {S.REJECTED}),
+        ("SELECT pg_read_file('/etc/passwd')", {S.REJECTED}),
+    ],
+}
+
+
+@pytest.mark.parametrize("engine_name,sql,expect", [(e, q, x) for e in BYPASS for q, x in BYPASS[e]],
+                         ids=[f"{e}-{i}" for e in BYPASS for i in range(len(BYPASS[e]))])
+def test_server_layers_hold_without_the_client_guard(setup, engine_name, sql, expect, monkeypatch):
+    engines, replicas, writers, _ = setup
+    engine, loc = engines[engine_name], replicas[engine_name].location
+    bypass = lambda sql, *a, **k: (None, sql)  # noqa: E731
+    monkeypatch.setattr("polysql_ray.engines.servers.precheck", bypass)  # postgres imports it per call
+    if engine_name == "mysql":
+        monkeypatch.setattr("polysql_ray.engines.mysql.precheck", bypass)
+    res = LIMITS.enforce(engine.execute(loc, sql, LIMITS))
+    assert res.status in expect, (res.status, res.error)
+    if sql.startswith("SELECT LOAD_FILE"):
+        assert res.table.column(0)[0].as_py() is None
+    if sql.startswith("HANDLER"):
+        probe = engine.execute(loc, "HANDLER singer READ FIRST", LIMITS)
+        assert probe.status is not S.OK  # the reset closed the handler
+    assert writers[engine_name].fingerprint(loc) == replicas[engine_name].manifest.copy_fingerprint
+    canary = engine.execute(loc, CANARY[0], LIMITS)
+    assert canary.ok and canary.table.column(0)[0].as_py() == CANARY[1], (canary.status, canary.error)
