@@ -77,3 +77,34 @@ def test_cli_unwritable_results_dir_is_one_line(tmp_path):
     assert out.returncode == 2
     errors = [ln for ln in out.stderr.splitlines() if ln.startswith("polysql_ray: error:")]
     assert len(errors) == 1 and "results_dir" in errors[0] and "Traceback" not in out.stderr
+
+
+def test_or_chain_of_20000_terms_is_unknown_to_the_structural_check_not_a_crash():
+    from polysql_ray.pipeline.structural import _prove_batch
+
+    chain = "SELECT count(*) FROM singer WHERE " + " OR ".join(f"Age = {i}" for i in range(20000))
+    out = _prove_batch._function([("SELECT count(*) FROM singer", "sqlite", chain, "sqlite", None)])
+    assert len(out) == 1 and out[0].startswith("unknown")
+
+
+@pytest.mark.slow
+def test_lone_surrogate_in_a_prediction_costs_only_that_prediction(ray_session, tmp_path, capsys):
+    import json
+
+    from polysql_ray.pipeline.driver import run
+
+    lines = (REPO / "polysql_ray/quickstart/data/perfect.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["pred_sql"] += " \ud800"
+    lines[0] = json.dumps(first)  # JSON escapes the lone surrogate as \ud800
+    pfile = tmp_path / "preds.jsonl"
+    pfile.write_text("\n".join(lines) + "\n")
+    stats, _ = run(*compose(["progress=false", "model=replay", f"model.predictions={pfile}",
+                             f"results_dir={tmp_path / 'r'}", "dialects=[sqlite]"]))
+    assert stats.items_scored == 34
+    from polysql_ray.store.parquet import ResultsStore
+
+    row = [r for r in ResultsStore(tmp_path / "r").read().to_pylist() if r["question_id"] == first["question_id"]][0]
+    assert row["pred_status"] == "rejected" and "\\ud800" in row["pred_sql"]
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if "lone surrogate" in ln]
+    assert len(warnings) == 1
