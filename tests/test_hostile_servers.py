@@ -24,6 +24,7 @@ require_data(SPIDER / "database" / "concert_singer")
 register_server_replication()
 
 from polysql_ray.datasets.example import SourceDatabase  # noqa: E402
+from polysql_ray.engines.base import ExecStatus as S  # noqa: E402
 from polysql_ray.engines.mysql import MySQLEngine  # noqa: E402
 from polysql_ray.engines.postgres import PostgresEngine  # noqa: E402
 from polysql_ray.replication.base import get_writer, replicate  # noqa: E402
