@@ -305,32 +305,57 @@ def denied_function(sql: str, dialect: str, denied: frozenset[str]) -> str | Non
     return None
 
 
-def precheck(sql: str | None, dialect: str, denied: frozenset[str]):
+def precheck(sql: str | None, dialect: str, denied: frozenset[str], limits=None,
+             send_unmodified: bool = False, denied_text: tuple[str, ...] = ()):
     """Client-side checks before an untrusted statement reaches a server.
 
+    0. Length: longer than ``limits.max_sql_chars`` -> REJECTED unparsed.
     1. The shared statement guard (``engines/guard.check_statement``): exactly one
        SELECT/WITH statement (``reject`` -> REJECTED, ``empty`` -> EMPTY; ``defer`` lets the
        server judge, which still runs it read-only as the reader role).
-    2. The engine's denied functions (file/program/session access), as defence in depth:
+    2. ``denied_text``: words refused anywhere in the ASCII-folded, lower-cased text
+       (:func:`ascii_fold`), for objects no privilege can hide.
+    3. The engine's denied functions (file/program/session access), as defence in depth:
        privileges of the reader role refuse them too, except MySQL ``LOAD_FILE`` which
        returns NULL instead of failing without the FILE privilege.
 
-    Returns ``(None, sql_to_send)`` when the statement may run - the single statement cut
-    out of surrounding ``;`` and trailing comments (a server-side cursor refuses a trailing
-    ``;``) - else ``((ExecStatus, message), None)``.
+    Returns ``(None, sql_to_send)`` when the statement may run - ``sql`` itself when
+    ``send_unmodified``, else the single statement cut out of surrounding ``;`` and trailing
+    comments (a PostgreSQL server-side cursor refuses a trailing ``;``) - else
+    ``((ExecStatus, message), None)``.
     """
     from polysql_ray.engines.base import ExecStatus
     from polysql_ray.engines.guard import check_statement
 
+    too_long = limits.refuse_length(sql) if limits is not None else None
+    if too_long is not None:
+        return (too_long.status, too_long.error), None
     verdict = check_statement(sql, dialect)
     if verdict.action == "empty":
         return (ExecStatus.EMPTY, verdict.message or "no SQL to run"), None
     if verdict.action == "reject":
         return (ExecStatus.REJECTED, verdict.message), None
+    if denied_text:
+        folded = ascii_fold(sql)
+        for word in denied_text:
+            if word in folded:
+                return (ExecStatus.REJECTED, f"{word!r} is not allowed in the sandbox"), None
     name = denied_function(sql, dialect, denied)
     if name is not None:
         return (ExecStatus.REJECTED, f"function {name}() is not allowed in the sandbox"), None
-    return None, single_statement_text(sql, dialect) if verdict.action == "pass" else sql
+    if send_unmodified or verdict.action != "pass":
+        return None, sql
+    return None, single_statement_text(sql, dialect)
+
+
+def ascii_fold(text: str) -> str:
+    """Lower-case ASCII skeleton of ``text`` (NFKD, marks and non-ASCII dropped, dotless i and
+    long s mapped), so ``PROCESSLİST`` or full-width letters match ``processlist`` as a
+    case- and accent-insensitive server collation would."""
+    import unicodedata
+
+    text = text.replace("\u0131", "i").replace("\u017f", "s")
+    return unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
 
 
 def single_statement_text(sql: str, dialect: str) -> str:

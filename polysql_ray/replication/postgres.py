@@ -96,7 +96,8 @@ def ensure_reader_role(settings: ServerSettings, conn) -> None:
 
     LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION, password from the reader secret
     (none: trust/peer auth), role defaults :data:`READER_ROLE_SETTINGS`, ``CONNECT`` on the
-    replica database only (``PUBLIC`` loses CONNECT/TEMP there). Idempotent.
+    replica database only (``PUBLIC`` loses CONNECT/TEMP there), server-control functions
+    revoked (``engines.postgres.harden_database``). Idempotent.
     """
     from psycopg import sql
 
@@ -115,6 +116,7 @@ def ensure_reader_role(settings: ServerSettings, conn) -> None:
     conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(db))
     conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(db, sql.Identifier(role)))
     conn.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+    pg_engine.harden_database(conn)  # no server control, no other sessions' queries
 
 
 def ensure_database(settings: ServerSettings) -> None:

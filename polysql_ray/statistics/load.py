@@ -54,7 +54,7 @@ class CountingPolicy:
         version: recorded with every snapshot.
     """
 
-    excluded_verdicts: tuple[str, ...] = ("gold_error",)
+    excluded_verdicts: tuple[str, ...] = ("gold_error", "unavailable")
     excluded_reasons: tuple[str, ...] = ("pred_unavailable",)
     timeout_statuses: tuple[str, ...] = ("timeout",)
     timeout_reasons: tuple[str, ...] = ("pred_timeout",)
@@ -76,15 +76,29 @@ def sql_list(values: tuple[str, ...] | list[str]) -> str:
 
 
 def store_files(results_dir: str | Path) -> list[Path]:
-    """Sorted Parquet files of the store under ``<results_dir>/scores`` (recursive).
+    """Sorted readable Parquet files of the store: ``<results_dir>/scores/**`` and the pending
+    ``<results_dir>/unavailable/`` rows (verdict ``unavailable``: counted apart, never in EX; a
+    scored row of the same key always wins in :func:`load_scores`). A damaged file (truncated,
+    not Parquet) is skipped with a one-line warning.
 
     Raises:
-        FileNotFoundError: no ``scores`` folder or no Parquet file in it.
+        FileNotFoundError: no readable Parquet file in either folder.
     """
+    import sys
+
+    from polysql_ray.store.parquet import damaged_part
+
     root = Path(results_dir) / "scores"
     files = sorted(p for p in root.rglob("*.parquet") if p.is_file()) if root.is_dir() else []
+    pending = Path(results_dir) / "unavailable"
+    if pending.is_dir():
+        files += sorted(p for p in pending.glob("*.parquet") if p.is_file())
+    for bad in [p for p in files if damaged_part(p) is not None]:
+        print(f"polysql_ray: warning: skipping damaged part file {bad} ({damaged_part(bad)}); "
+              f"the next run quarantines it and rescores its rows", file=sys.stderr)
+        files.remove(bad)
     if not files:
-        raise FileNotFoundError(f"no score files under {root}/**/*.parquet")
+        raise FileNotFoundError(f"no readable score files under {root}/**/*.parquet")
     return files
 
 
@@ -171,7 +185,8 @@ def load_scores(
         FROM (
             SELECT *, row_number() OVER (
                 PARTITION BY {key}
-                ORDER BY scored_at DESC NULLS LAST, filename DESC, key DESC) AS _rn
+                ORDER BY (verdict = 'unavailable') ASC NULLS FIRST, scored_at DESC NULLS LAST,
+                         filename DESC, key DESC) AS _rn
             FROM raw_scores)
         WHERE _rn = 1
         """
