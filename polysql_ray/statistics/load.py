@@ -98,7 +98,7 @@ def store_files(results_dir: str | Path) -> list[Path]:
               f"the next run quarantines it and rescores its rows", file=sys.stderr)
         files.remove(bad)
     if not files:
-        raise FileNotFoundError(f"no readable score files under {root}/**/*.parquet")
+        raise FileNotFoundError(f"no score files under {root}/**/*.parquet")
     return files
 
 
