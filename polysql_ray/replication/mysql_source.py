@@ -102,7 +102,8 @@ class MySQLReader:
             raise ReplicationError(f"MySQL source database {source.location} is missing or empty")
         return fp
 
-    def read_schema(self, source: SourceDatabase) -> tuple[list[TableSpec], list[str]]:
+    def read_schema(self, source: SourceDatabase, types: str = "declared"
+                    ) -> tuple[list[TableSpec], list[str]]:
         """Tables by name with columns, PK, FKs, row counts; views listed as skipped."""
         with self._conn(source) as conn, conn.cursor() as cur:
             db = source.location
