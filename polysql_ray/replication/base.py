@@ -521,6 +521,29 @@ def replicate(source: SourceDatabase, target_engine: str, replicas_dir: Path | s
     return Replica(target_engine, source.dataset, source.db_id, location, fresh, mpath, False)
 
 
+def drop_replicas(replicas_dir: Path | str, settings: dict[str, dict] | None = None) -> list[str]:
+    """Drop every copy whose manifest lives under ``replicas_dir`` (server schemas/databases
+    included; nothing of another folder is touched) and delete the manifests.
+
+    Args:
+        replicas_dir: the folder ``replicate`` was given.
+        settings: ``{engine: connection settings}`` for server targets (defaults otherwise).
+
+    Returns: the locations dropped.
+    """
+    dropped = []
+    for mpath in sorted(Path(replicas_dir).glob("*/*/*/manifest.json")):
+        try:
+            m = Manifest.from_json(mpath.read_text())
+        except Exception:  # noqa: BLE001 - an unreadable manifest vouches for nothing
+            continue
+        if m.location:
+            get_writer(m.target_engine, (settings or {}).get(m.target_engine)).drop(m.location)
+            dropped.append(m.location)
+        mpath.unlink()
+    return dropped
+
+
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """sha256 hex digest of a file's bytes (used as content hash / fingerprint)."""
     h = hashlib.sha256()
