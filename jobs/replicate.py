@@ -70,23 +70,54 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="duckdb")
     ap.add_argument("--out", default="replicas")
     ap.add_argument("--force", action="store_true", help="rebuild even when the manifest matches")
+    ap.add_argument("--types", default="declared", choices=["declared", "storage"],
+                    help="replication.types: keep declared types where every value conforms")
+    ap.add_argument("--db-ids", default="", help="comma-separated db_ids (default: every folder)")
     args = ap.parse_args(argv)
     failed = 0
+    manifests = []
+    wanted = {d for d in args.db_ids.split(",") if d}
     for s in _sources_from_dir(Path(args.source_dir), args.dataset):
+        if wanted and s.db_id not in wanted:
+            continue
         if not s.exists:
             print(f"{s.db_id}: source missing ({s.location})")
             continue
         try:
-            r = replicate(s, args.target, Path(args.out), force=args.force)
+            r = replicate(s, args.target, Path(args.out), force=args.force, types=args.types)
         except ReplicationError as e:
             failed += 1
             print(f"{s.db_id}: FAILED {e}")
             continue
         m = r.manifest
+        manifests.append(m)
         print(f"{s.db_id}: {'reused' if r.reused else 'built'} {r.location} "
               f"({m.seconds:.2f}s, {len(m.tables)} tables, "
-              f"{len(m.dropped_constraints)} dropped constraints)")
+              f"{len(m.dropped_constraints)} dropped constraints, certificate verified: "
+              f"{len(m.checksums)} tables)")
+    print(type_report(manifests))
     return 1 if failed else 0
+
+
+def type_report(manifests) -> str:
+    """Per-column type decisions over ``manifests``: columns per logical type (declared length
+    counted apart), renamed names, and every fallback with its count and examples."""
+    import collections
+
+    kinds: collections.Counter = collections.Counter()
+    fallbacks, renamed = [], 0
+    for m in manifests:
+        renamed += len(m.names)
+        for t in m.tables:
+            for c in t.columns:
+                kinds[c.logical_type + ("(n)" if c.length else "")] += 1
+                if c.fallback:
+                    fallbacks.append(f"  {m.db_id}.{t.name}.{c.name}: {c.fallback}")
+    lines = [f"type decisions over {len(manifests)} databases: "
+             + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())),
+             f"name notes (folded or kept quoted): {renamed}",
+             f"columns whose declared type was not kept as declared: {len(fallbacks)}", *fallbacks]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

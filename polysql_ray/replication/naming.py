@@ -20,12 +20,12 @@ def assign(tables: list[TableSpec], source_engine: str, target_engine: str,
     for t in tables:
         t.target_name, why = replica_name_for(t.name, "table", source_engine, target_engine,
                                               table_names, lower_case_table_names)
-        if t.target_name != t.name or "quoted" in why:
+        if t.target_name != t.name or why.startswith("kept, quoted"):
             notes.append(f"table {t.name!r} -> {t.target_name!r}: {why}")
         col_names = [c.name for c in t.columns]
         for c in t.columns:
             c.target_name, why = replica_name_for(c.name, "column", source_engine, target_engine,
                                                   col_names, lower_case_table_names)
-            if c.target_name != c.name or "quoted" in why:
+            if c.target_name != c.name or why.startswith("kept, quoted"):
                 notes.append(f"column {t.name}.{c.name!r} -> {c.target_name!r}: {why}")
     return notes
