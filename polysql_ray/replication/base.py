@@ -53,6 +53,7 @@ REPLICATION_VERSION = "2"
 READERS: dict[str, str] = {
     "sqlite": "polysql_ray.replication.sqlite_reader:SqliteReader",
     "mysql": "polysql_ray.replication.mysql_source:MySQLReader",
+    "postgres": "polysql_ray.replication.postgres_source:PostgresReader",
 }
 
 #: Target engine name -> "module:Class" of its :class:`TargetWriter`.
