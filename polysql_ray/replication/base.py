@@ -54,6 +54,7 @@ READERS: dict[str, str] = {
     "sqlite": "polysql_ray.replication.sqlite_reader:SqliteReader",
     "mysql": "polysql_ray.replication.mysql_source:MySQLReader",
     "postgres": "polysql_ray.replication.postgres_source:PostgresReader",
+    "duckdb": "polysql_ray.replication.duckdb_source:DuckDBReader",
 }
 
 #: Target engine name -> "module:Class" of its :class:`TargetWriter`.
