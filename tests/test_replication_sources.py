@@ -86,30 +86,43 @@ def test_postgres_source_round_trip_reproduces_gold(db, tmp_path):
 
 
 def test_pg_dump_file_is_a_source(tmp_path):
-    """A plain-SQL pg_dump file, loaded by the project (``load_dump``), replicates like any
-    source: same per-column checksums as the copy made from the original SQLite file."""
+    """A dataset whose source is a plain-SQL pg_dump file (``<db_id>/<db_id>.sql``): the loader
+    only names it, the replication stage installs it (``replication.sources.prepare``), gold
+    runs on it, and it replicates with the same checksums as the copy of the original."""
     import shutil
     import subprocess
 
+    from polysql_ray.datasets.base import file_source
     from polysql_ray.engines import postgres as pg_engine
     from polysql_ray.engines.servers import ServerSettings
-    from polysql_ray.replication.postgres_source import load_dump
+    from polysql_ray.replication.sources import prepare
 
     if not shutil.which("pg_dump") or not shutil.which("psql"):
         pytest.skip("pg_dump/psql not installed")
     settings = ServerSettings.from_dict({}, **pg_engine.DEFAULTS)
     rdir = tmp_path / "replicas"
-    dump_db = "pq_src_dumptest"
+    src = SourceDatabase("dump", "pets_1", "sqlite", str(SPIDER / "database" / "pets_1" / "pets_1.sqlite"))
+    dumped = None
     try:
-        src = SourceDatabase("dump", "pets_1", "sqlite", str(SPIDER / "database" / "pets_1" / "pets_1.sqlite"))
         pg = replicate(src, "postgres", rdir)
-        dump = tmp_path / "pets_1.sql"
+        (tmp_path / "db" / "pets_1").mkdir(parents=True)
+        dump = tmp_path / "db" / "pets_1" / "pets_1.sql"
+        # a dump as a benchmark would ship it: the tables in schema public of their own database
         subprocess.run(["pg_dump", "-h", settings.host, "-p", str(settings.port), "-U", settings.admin_user,
                         "-d", settings.database, "-n", pg.location, "--no-owner", "--no-privileges",
                         "-f", str(dump)], check=True)
-        load_dump(str(dump), dump_db, settings)
-        via_dump = replicate(SourceDatabase("dump_pg", "pets_1", "postgres", f"{dump_db}/{pg.location}"),
-                             "duckdb", rdir)
+        dump.write_text(dump.read_text().replace(pg.location, "public")
+                        .replace("CREATE SCHEMA public;", ""))
+        dumped = file_source("dumptest", "pets_1", "postgres", tmp_path / "db")
+        assert dumped.install == f"pg_dump:{dump}" and dumped.location == "pq_src_dumptest_pets_1"
+        assert prepare(dumped) and prepare(dumped)  # second time: reused (sha256 recorded)
+        eng = make_engine("postgres")
+        try:
+            res = eng.execute(dumped.location, "SELECT count(*) FROM pets WHERE weight > 10", LIM)
+        finally:
+            eng.close()
+        assert res.status is ExecStatus.OK and res.table.column(0)[0].as_py() == 2
+        via_dump = replicate(dumped, "duckdb", rdir)
         direct = replicate(src, "duckdb", rdir)
 
         def canon(m):
@@ -120,7 +133,7 @@ def test_pg_dump_file_is_a_source(tmp_path):
         assert via_dump.manifest.source_engine == "postgres"
     finally:
         drop_replicas(rdir)
-        from psycopg import sql
+        if dumped is not None:
+            from polysql_ray.replication.postgres import PostgresWriter
 
-        with pg_engine.connect(settings, admin=True, dbname="postgres") as c:
-            c.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(dump_db)))
+            PostgresWriter(settings).drop(dumped.location)

@@ -257,6 +257,11 @@ def replicate(grid: Grid, items: list[WorkItem], cfg: dict, progress: Progress, 
     the engine's own message; the driver then leaves exactly the work that needed it
     unscored (a rerun retries it) and scores everything else.
     """
+    from polysql_ray.replication.sources import prepare
+
+    for ds in sorted({it.cell.dataset for it in items}):  # install sources (run's settings)
+        for src in grid.sources[ds]:
+            prepare(src, _server_settings(cfg, src.engine))
     needed: dict[tuple[str, str, str], SourceDatabase] = {}
     for cell in {it.cell for it in items}:
         for src in grid.sources[cell.dataset]:

@@ -2,8 +2,9 @@
 
 :class:`PostgresReader` implements ``replication.base.SourceReader``. ``SourceDatabase.location``
 is ``<schema>`` (in the configured ``database``) or ``<database>/<schema>``; the admin role
-reads. A plain-SQL ``pg_dump`` file is loaded into its own database first by
-:func:`load_dump` (``psql``, the ordinary client), then read like any other source.
+reads. A plain-SQL ``pg_dump`` file becomes a source schema through :func:`install_dump`
+(``psql``, the ordinary client, loads it into a scratch database; it is then copied into a
+schema of the configured database, where gold SQL runs).
 
 Typed source: the logical type comes from the declared type (:data:`POSTGRES_LOGICAL`, as data;
 ``information_schema.columns.data_type``):
@@ -83,6 +84,51 @@ def load_dump(path: str, database: str, settings: ServerSettings | dict | None =
         capture_output=True, text=True, env={**os.environ, **env}, check=False)
     if proc.returncode:
         raise ReplicationError(f"loading pg_dump {path} into {database}: {proc.stderr.strip()[:600]}")
+
+
+def install_dump(source: SourceDatabase, path: str, settings: ServerSettings | dict | None = None) -> bool:
+    """Installer of ``replication.sources`` (``install="pg_dump:<file>"``).
+
+    The dump is loaded by :func:`load_dump` into a scratch database, then copied (verified,
+    names and types kept exactly: PostgreSQL to PostgreSQL) into the schema
+    ``source.location`` of the configured database, where the PostgreSQL engine runs gold, and
+    the scratch database is dropped. Only the dump's ``public`` schema is read. The schema's
+    comment records the file's sha256; an unchanged file is not loaded again. Returns True
+    when reused.
+    """
+    from psycopg import sql
+
+    from polysql_ray.replication import certificate
+    from polysql_ray.replication.base import file_sha256
+    from polysql_ray.replication.postgres import PostgresWriter
+
+    if not isinstance(settings, ServerSettings):
+        settings = ServerSettings.from_dict(settings, **pg_engine.DEFAULTS)
+    schema = source.location
+    digest = f"polysql pg_dump {file_sha256(path)}"
+    writer = PostgresWriter(settings)
+    with writer._admin() as c:
+        row = c.execute("SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace "
+                        "WHERE nspname = %s", [schema]).fetchone()
+    if row and row[0] == digest:
+        return True
+    scratch = (schema + "_load")[:63]
+    try:
+        load_dump(path, scratch, settings)
+        reader = PostgresReader(settings)
+        src = SourceDatabase(source.dataset, source.db_id, "postgres", f"{scratch}/public")
+        tables, _ = reader.read_schema(src)
+        writer.write(schema, tables, src, reader)
+        certificate.verify(src, tables, reader, writer, schema)
+    except BaseException:
+        writer.drop(schema)
+        raise
+    finally:
+        with pg_engine.connect(settings, admin=True, dbname="postgres") as c:
+            c.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(scratch)))
+    with writer._admin() as c:
+        c.execute(sql.SQL("COMMENT ON SCHEMA {} IS {}").format(sql.Identifier(schema), sql.Literal(digest)))
+    return False
 
 
 def _convert(logical: str, data_type: str):
