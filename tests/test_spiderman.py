@@ -64,6 +64,8 @@ def test_mysql_source_replicates(installed, target, tmp_path):
     tables, _ = reader.read_schema(ex.database)
     assert {t.name for t in tables} == {"players", "matches"}  # rankings not invented
     assert get_writer(target).checksums(rep.location, tables) == reader.checksums(ex.database, tables)
+    ints = {c.logical_type for t in rep.manifest.tables for c in t.columns if c.declared_type.startswith("int")}
+    assert ints == {"INTEGER"}  # declared width kept (PostgreSQL integer arithmetic)
     floats = [c for t in rep.manifest.tables for c in t.columns if c.declared_type.startswith("float")]
     assert floats and all(c.logical_type == "DOUBLE" and c.widened for c in floats)
 
