@@ -1,10 +1,12 @@
 """Replication ("backend isomorphism"): copy a source database exactly into a target engine.
 
 PolySQL (arXiv 2605.07796) runs gold SQL on the source database and predicted SQL on the
-*same data* in the target engine. evaluation-notes.md section 3 is binding: identifiers and
-keys are preserved exactly, nothing is added, types are mapped explicitly (SQLite REAL is an
-8-byte float -> DOUBLE), every copy is verified (row counts, per-column checksums) and a copy
-is reused only when its manifest matches.
+*same data* in the target engine, and the copy must *mean* what the source means: names resolve
+as on the source (``engines.identifiers``, applied by ``naming.assign``: a PostgreSQL copy of
+an SQLite source stores folded lower-case names), declared types are kept where every value
+conforms (``typemap``, ``replication.types``), keys are carried, nothing is added, every copy
+is verified (row counts, per-column checksums) and a copy is reused only when its manifest
+matches. Sources install through ``sources.prepare`` (the replication stage's job).
 
 The stage is split into small pieces behind protocols so that sources and targets combine
 freely (sqlite->duckdb today; sqlite->postgres/mysql/clickhouse and mysql->* later):
@@ -25,10 +27,11 @@ plain tables of ``"module:Class"`` strings (imported lazily), so adding a target
 module plus one line here.
 
 Logical types (the vocabulary between readers and writers; see ``typemap.py``):
-``BIGINT`` (64-bit signed int), ``DOUBLE`` (IEEE 8-byte float), ``DECIMAL`` (exact decimal,
-``ColumnSpec.precision``/``scale``), ``VARCHAR`` (UTF-8 text), ``BLOB`` (bytes),
-``BOOLEAN``, ``DATE``, ``TIMESTAMP``. A SQLite source only ever produces BIGINT, DOUBLE, VARCHAR
-and BLOB (SQLite has no other storage classes); the others exist for typed sources (MySQL).
+``SMALLINT``/``INTEGER``/``BIGINT`` (16/32/64-bit signed int), ``DOUBLE`` (IEEE 8-byte
+float), ``DECIMAL`` (exact decimal, ``ColumnSpec.precision``/``scale``), ``VARCHAR`` (UTF-8
+text, ``ColumnSpec.length`` when declared), ``BLOB`` (bytes), ``BOOLEAN``, ``DATE``,
+``TIMESTAMP``. A SQLite source in ``storage`` mode only produces BIGINT, DOUBLE, VARCHAR and
+BLOB (its storage classes); ``declared`` mode keeps the others where the values conform.
 """
 from __future__ import annotations
 
