@@ -28,7 +28,8 @@ SERVERS = {
     "postgres": ("127.0.0.1", 5432,
                  "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"),
     "mysql": ("127.0.0.1", 3306,
-              "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd"),
+              "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd "
+              "-- --lower-case-table-names=1"),
 }
 
 

@@ -19,6 +19,7 @@ Policy reference: evaluation-notes.md section 4 (least-privilege role, engine-si
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import threading
@@ -34,18 +35,25 @@ REPLICA_PREFIX = "pq_"
 _SAFE_NAME = re.compile(r"[^0-9A-Za-z_]")
 
 
-def replica_name(dataset: str, db_id: str, prefix: str = REPLICA_PREFIX) -> str:
+def replica_name(dataset: str, db_id: str, prefix: str = REPLICA_PREFIX, tag: str = "") -> str:
     """Name of the replica of ``(dataset, db_id)`` on a server engine.
 
-    Returns ``pq_<dataset>_<db_id>`` with characters outside ``[0-9A-Za-z_]`` replaced by ``_``
-    (case kept: MariaDB here runs with ``lower_case_table_names=0``, so database names are
-    case-sensitive, and PostgreSQL schema names are quoted everywhere). At most 63 characters
-    (PostgreSQL NAMEDATALEN-1; MySQL allows 64). Raises ValueError when longer.
+    Returns ``pq_<dataset>_<db_id>[_<tag>]`` in lower case with characters outside
+    ``[0-9a-z_]`` replaced by ``_`` (lower case: a MariaDB with ``lower_case_table_names=1``
+    stores database names in lower case, PostgreSQL folds unquoted names; ``tag`` is the copy's
+    content/namespace tag, so two runs or two contents never share a name). At most 63
+    characters (PostgreSQL NAMEDATALEN-1; MySQL allows 64): a longer dataset/db_id part is cut
+    and a hash of the full name keeps it unique.
     """
-    name = prefix + _SAFE_NAME.sub("_", dataset) + "_" + _SAFE_NAME.sub("_", db_id)
-    if len(name) > 63:
-        raise ValueError(f"replica name too long for a server identifier: {name!r}")
-    return name
+    base = prefix + _SAFE_NAME.sub("_", dataset) + "_" + _SAFE_NAME.sub("_", db_id)
+    base = base.lower()
+    suffix = f"_{tag.lower()}" if tag else ""
+    if len(base) + len(suffix) > 63:
+        if not tag:
+            raise ValueError(f"replica name too long for a server identifier: {base!r}")
+        h = hashlib.sha256(base.encode()).hexdigest()[:6]
+        base = base[:63 - len(suffix) - 7] + "_" + h
+    return base + suffix
 
 
 def resolve_secret(env: str | None = None, file: str | None = None) -> str | None:

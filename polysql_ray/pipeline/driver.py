@@ -127,7 +127,7 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
         raise ConfigError(f"every model needs a unique `name`; got {names}")
 
     policy = ComparisonPolicy.from_config(cfg.get("policy") or {})
-    limits_fp = Limits(**(cfg.get("limits") or {})).fingerprint()
+    limits_fp = Limits(**(cfg.get("limits") or {})).fingerprint() + replication_fingerprint(cfg)
     datasets, sources = {}, {}
     for dcfg in ds_cfgs:
         examples, srcs = load_dataset(dcfg), dataset_sources(dcfg)
@@ -236,13 +236,25 @@ def plan_work(grid: Grid, cells: list[Cell], stored: set[str], predictions_for, 
 
 # ------------------------------------------------------------------------ 4. replication
 
+def replication_fingerprint(cfg: dict) -> str:
+    """What about the replicas can change a score: the type mode and the type-map and
+    replication versions (part of every cell key, so a run on other replicas never reuses
+    these scores)."""
+    from polysql_ray.replication.base import REPLICATION_VERSION
+    from polysql_ray.replication.typemap import TYPE_MAP_VERSION
+
+    types = (cfg.get("replication") or {}).get("types", "declared")
+    return f"|repl-{types}-tm{TYPE_MAP_VERSION}-r{REPLICATION_VERSION}"
+
+
 @ray.remote
 def _replicate_task(source: SourceDatabase, engine: str, replicas_dir: str, settings: dict | None,
-                    source_settings: dict | None):
+                    source_settings: dict | None, types: str = "declared"):
     from polysql_ray.replication.base import replicate
 
     t0 = time.perf_counter()
-    replica = replicate(source, engine, replicas_dir, settings=settings, source_settings=source_settings)
+    replica = replicate(source, engine, replicas_dir, settings=settings, source_settings=source_settings,
+                        types=types)
     return replica, time.perf_counter() - t0
 
 
@@ -255,6 +267,11 @@ def replicate(grid: Grid, items: list[WorkItem], cfg: dict, progress: Progress, 
     the engine's own message; the driver then leaves exactly the work that needed it
     unscored (a rerun retries it) and scores everything else.
     """
+    from polysql_ray.replication.sources import prepare
+
+    for ds in sorted({it.cell.dataset for it in items}):  # install sources (run's settings)
+        for src in grid.sources[ds]:
+            prepare(src, _server_settings(cfg, src.engine))
     needed: dict[tuple[str, str, str], SourceDatabase] = {}
     for cell in {it.cell for it in items}:
         for src in grid.sources[cell.dataset]:
@@ -268,7 +285,8 @@ def replicate(grid: Grid, items: list[WorkItem], cfg: dict, progress: Progress, 
     refs = {}
     for (ds, db, engine), src in sorted(needed.items()):
         refs[_replicate_task.options(num_cpus=0.5).remote(
-            src, engine, rdir, _server_settings(cfg, engine), _server_settings(cfg, src.engine))] = (ds, db, engine)
+            src, engine, rdir, _server_settings(cfg, engine), _server_settings(cfg, src.engine),
+            cfg["replication"].get("types", "declared"))] = (ds, db, engine)
     t0 = time.perf_counter()
     pending = list(refs)
     errors = []
