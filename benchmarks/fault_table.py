@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -32,6 +33,8 @@ import time
 from pathlib import Path
 
 import duckdb
+
+from polysql_ray.errors import SERVER_START
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK = "/tmp/polysql-servers.lock"
@@ -41,10 +44,7 @@ SERVER_CMDS = {
     "stop": [["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", "stop", "-m", "fast"],
              ["mysqladmin", "--protocol=tcp", "-h", "127.0.0.1", "-u", "root", "shutdown"]],
     "start": [["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", "start"],
-              # --pidfile: without it start-stop-daemon sees ANY mariadbd (a private instance on
-              # another port) as "already running" and starts nothing
-              ["start-stop-daemon", "--start", "--oknodo", "--background",
-               "--pidfile", "/run/mysqld/mysqld.pid", "--exec", "/usr/sbin/mariadbd"]],
+              shlex.split(SERVER_START["mysql"])],
 }
 
 
