@@ -22,6 +22,16 @@ row (flag ``ties_at_limit``). A probe is not built where appending columns would
 rows: a ``SELECT DISTINCT`` or a set operation with unresolved keys (flag
 ``order_keys_unknown``; then rows compare strictly in order). If sqlglot cannot parse the gold,
 the shape is bag semantics with flag ``unparsed_gold``.
+
+ORDER BY keys written over select aliases (``ORDER BY CASE WHEN total IS NULL THEN 1 END``
+where ``total`` is an output alias) are appended to the probe with the alias replaced by its
+expression, so the probe runs on every engine. When the probe cannot run the comparison
+flags ``tie_probe_unavailable`` (rows then compare strictly in order).
+
+Determinism (:func:`determinism_flags`, stored in ``flags``): ``time_dependent_gold`` (the
+result depends on the clock: ``'now'``, ``current_date`` ...), ``nondeterministic_gold``
+(random/uuid functions, LIMIT without ORDER BY at any depth, ORDER BY ... LIMIT inside a
+subquery whose cut may fall in a tie: the top-level cut is checked on the data by the probe).
 """
 from __future__ import annotations
 
@@ -46,7 +56,9 @@ class GoldShape:
         probe_sql: gold rewrite to run on the gold engine (None when not needed/possible).
         probe_keys: positions of all ORDER BY keys in the probe table (negative = from end).
         flags: caveats copied into every comparison (``unparsed_gold``, ``order_keys_unknown``,
-            ``limit_without_order``).
+            ``limit_without_order``, ``nondeterministic_gold``, ``time_dependent_gold``).
+        order_by_anywhere: the gold text contains ``order by`` (any depth; test-suite's rule
+            for list comparison, ``policy.order = order_by_anywhere``).
     """
 
     ordered: bool = False
@@ -56,6 +68,7 @@ class GoldShape:
     probe_sql: str | None = None
     probe_keys: tuple[int, ...] = ()
     flags: tuple[str, ...] = ()
+    order_by_anywhere: bool = False
 
     @classmethod
     def unparsed(cls) -> "GoldShape":
@@ -99,10 +112,86 @@ def analyze_gold(gold_sql: str, dialect: str, tie_window: int = TIE_WINDOW) -> G
     Returns:
         the shape; never raises (unparseable gold gives :meth:`GoldShape.unparsed`).
     """
+    anywhere = "order by" in (gold_sql or "").lower()
     try:
         tree = sqlglot.parse_one(gold_sql, read=dialect)
     except Exception:  # sqlglot raises ParseError/TokenError and occasionally others
-        return GoldShape.unparsed()
+        return GoldShape(flags=("unparsed_gold",), order_by_anywhere=anywhere)
+    det = determinism_flags(tree)
+    shape = _analyze_tree(tree, dialect, tie_window)
+    return GoldShape(shape.ordered, shape.order_keys, shape.keys_complete, shape.limit, shape.probe_sql,
+                     shape.probe_keys, tuple(dict.fromkeys(shape.flags + det)), anywhere)
+
+
+#: sqlglot node classes whose value depends on the clock.
+CLOCK_NODES = ("CurrentTimestamp", "CurrentDate", "CurrentTime", "CurrentDatetime", "CurrentTimestampLTZ",
+               "Localtime", "Localtimestamp", "UnixSeconds")
+#: Function names (lower case) whose value depends on the clock.
+CLOCK_FUNCTIONS = frozenset({"now", "current_timestamp", "current_date", "current_time", "localtime",
+                             "localtimestamp", "sysdate", "curdate", "curtime", "unix_timestamp",
+                             "utc_timestamp", "utc_date", "utc_time", "today", "get_current_time",
+                             "clock_timestamp", "statement_timestamp", "transaction_timestamp"})
+#: Literals that SQLite date functions read as the current time (``strftime('%Y', 'now')``).
+CLOCK_LITERALS = frozenset({"now"})
+#: Function names / node classes returning a random or unique value.
+RANDOM_FUNCTIONS = frozenset({"random", "rand", "randomblob", "uuid", "gen_random_uuid",
+                              "uuid_generate_v4", "newid"})
+RANDOM_NODES = ("Rand", "Randn", "Randstr", "Uuid", "TableSample")
+
+
+def determinism_flags(tree: exp.Expression) -> tuple[str, ...]:
+    """``time_dependent_gold`` / ``nondeterministic_gold`` for a parsed query (module docstring).
+
+    Static: random or clock functions, LIMIT/OFFSET without ORDER BY at any depth, and
+    ORDER BY ... LIMIT below the top level (ties at a nested cut are not visible in the gold's
+    result, so the chosen row may vary between engines and runs).
+    """
+    flags: list[str] = []
+    top = tree
+    while isinstance(top, (exp.Subquery, exp.Paren)):
+        top = top.this
+    for node in tree.walk():
+        name = type(node).__name__
+        if name in CLOCK_NODES:
+            flags.append("time_dependent_gold")
+        elif isinstance(node, exp.Func):
+            fname = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+            if fname in CLOCK_FUNCTIONS:
+                flags.append("time_dependent_gold")
+            elif fname in RANDOM_FUNCTIONS or name in RANDOM_NODES:
+                flags.append("nondeterministic_gold")
+        elif name in RANDOM_NODES:
+            flags.append("nondeterministic_gold")
+        elif isinstance(node, exp.Literal) and node.is_string and node.this.strip().lower() in CLOCK_LITERALS:
+            flags.append("time_dependent_gold")
+        elif isinstance(node, exp.Column) and not node.table and not node.this.quoted and \
+                node.name.lower() in {"current_timestamp", "current_date", "current_time"}:
+            flags.append("time_dependent_gold")
+        elif isinstance(node, exp.Limit):
+            query = node.parent
+            if not isinstance(query, exp.Query) or not query.args.get("order"):
+                flags.append("nondeterministic_gold")
+            elif query is not top:
+                flags.append("nondeterministic_gold")
+    return tuple(dict.fromkeys(flags))
+
+
+def _inline_aliases(key: exp.Expression, selects: list[exp.Expression]) -> exp.Expression:
+    """``key`` with unqualified column references to output aliases replaced by the aliased
+    expressions (ORDER BY may name an alias; a select-list expression may not)."""
+    aliases = {s.alias.lower(): s.this for s in selects if isinstance(s, exp.Alias) and s.alias}
+    if not aliases:
+        return key
+    key = key.copy()
+
+    def repl(node):
+        if isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
+            return exp.paren(aliases[node.name.lower()].copy(), copy=False)
+        return node
+    return key.transform(repl, copy=False)
+
+
+def _analyze_tree(tree: exp.Expression, dialect: str, tie_window: int) -> GoldShape:
     while isinstance(tree, (exp.Subquery, exp.Paren)) and not tree.args.get("order") \
             and not tree.args.get("limit"):
         tree = tree.this
@@ -127,7 +216,8 @@ def analyze_gold(gold_sql: str, dialect: str, tie_window: int = TIE_WINDOW) -> G
         return GoldShape(True, order_keys, True, limit, None, order_keys, ())
     probe = tree.copy()
     for i, k in enumerate(missing):
-        probe = probe.select(exp.alias_(k.copy(), f"__polysql_key{i}"), append=True, copy=False)
+        probe = probe.select(exp.alias_(_inline_aliases(k, selects), f"__polysql_key{i}"), append=True,
+                             copy=False)
     if limit is not None:
         probe.args["limit"].set("expression", exp.Literal.number(limit + tie_window))
     probe_keys, j = [], -len(missing)
