@@ -1,18 +1,23 @@
 """Comparing a gold result set with a predicted result set (the verdict behind EX).
 
-Policy (docs/evaluation-notes.md section 2; PolySQL arXiv 2605.07796 dual execution):
+Policy (the rules are those of :mod:`polysql_ray.comparison.policy`; PolySQL arXiv 2605.07796
+dual execution):
 
-* **Columns are positional**; names/aliases are ignored. With ``extra_pred_columns`` a
-  prediction with more columns is accepted when some predicted columns reproduce the gold
-  columns *row-wise*. They are chosen without permutation search: each gold column gets the
-  candidate predicted columns holding the same multiset of values (positional one first;
-  row-wise identical candidates are tried once), then candidate mappings are verified on whole
-  rows, at most :data:`MAX_MAPPINGS` of them. Columns are never sorted independently: values
-  stay in their rows.
+* **Columns are matched by content** (``policy.columns = "match"``); names/aliases are ignored.
+  Each gold column's candidates are the predicted columns holding the same multiset of values
+  (the positional one first); gold columns are assigned most-constrained first, and a partial
+  assignment survives only while the projected *rows* of the assigned columns are equal as
+  multisets, so values never leave their rows (sorting columns independently would accept
+  scrambled rows). Row-wise identical predicted columns are tried once; the search is bounded
+  (:data:`MAX_CHECKS`, :data:`MAX_MAPPINGS`, flag ``column_match_capped``), never factorial.
+  This covers permutations (flag ``columns_reordered``), extra predicted columns when
+  ``extra_pred_columns`` (flag ``extra_pred_columns_used``) and duplicated gold columns (each
+  needs its own predicted column). ``policy.columns = "positional"``: identity only.
 * **Bag semantics** (no top-level ORDER BY in the gold): the multisets of canonical rows must
   be equal -- duplicates count, so a missing DISTINCT fails.
-* **List semantics** (top-level ORDER BY): rows compare in order, except that consecutive gold
-  rows tied on the ORDER BY keys form a group compared as a multiset. Keys come from the gold
+* **List semantics** (top-level ORDER BY, or per ``policy.order``): rows compare in order, except
+  that consecutive gold rows tied on the ORDER BY keys form a group compared as a multiset
+  (``policy.ties = "positional"``: strictly row by row). Keys come from the gold
   table when they are output columns, else from the probe (shape.py). Unknown keys: strict
   order, flag ``order_keys_unknown``.
 * **ORDER BY ... LIMIT k with ties at the cut** (a probe row past k ties with row k): flag
@@ -29,6 +34,12 @@ Policy (docs/evaluation-notes.md section 2; PolySQL arXiv 2605.07796 dual execut
   columns, each group is paired in sorted order, and groups that do not pair are resolved by
   maximum bipartite matching (scipy) on the tolerance relation (two-pointer for one float
   column; above :data:`BIPARTITE_CAP` cells, sorted pairing with flag ``tolerance_match_capped``).
+
+Data-driven ambiguity flags on a failed comparison (the verdict is unchanged):
+``duplicates`` (equal once repeated rows are dropped), ``decimal_scale`` (equal at the DECIMAL
+scale one side carries), ``collation`` (equal case-insensitively), ``null_order`` (an ORDER BY
+key holds NULL and the rows differ in order or at the cut); on a match: ``bool_as_int`` (a
+BOOLEAN column matched integers).
 
 Reason codes (exactly one per comparison, most informative first):
 
