@@ -280,12 +280,14 @@ class ResultSetEquivalence:
             gold = self._run(gold_engine, case.gold_location, gold_sql)
             probe = self._run(gold_engine, case.gold_location, shape.probe_sql) \
                 if (gold.ok and shape.probe_sql) else None
+            ties = self._run(gold_engine, case.gold_location, shape.ties_probe_sql) \
+                if (gold.ok and shape.ties_probe_sql) else None
             pred = None
             if gold.ok and pred_sql.strip() and not proven:
                 pred = self._run(pred_engine, case.pred_location or case.gold_location, pred_sql)
             v = decide("ok" if pred_sql.strip() else "no_sql", gold, probe, pred, shape, pol, self.limits,
                        proven=proven, pair=Pair(gold_sql, pred_sql, case.gold_dialect, case.pred_dialect,
-                                                case.gold_engine, case.pred_engine))
+                                                case.gold_engine, case.pred_engine), ties_probe=ties)
             err = (gold.error if not gold.ok else pred.error if (pred is not None and not pred.ok) else None)
             expl = v.reason + (f" (flags: {', '.join(v.flags)})" if v.flags else "") + (f": {err}" if err else "")
             diff = result_diff(gold.table, pred.table if pred is not None else None, v.diff) \

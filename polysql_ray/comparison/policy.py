@@ -30,6 +30,12 @@ Rules of the default policy (``cmp-2``):
   ``time_dependent_gold``, ``nondeterministic_gold`` ...; see the README's flag table) never
   change a verdict by themselves; a flag listed in ``inconclusive_flags`` turns a ``pass`` or
   ``fail`` carrying it into ``inconclusive``.
+* **Determinism**: a gold whose result is not a function of the data (random/uuid functions,
+  LIMIT without ORDER BY, a tie at an ORDER BY ... LIMIT cut below the top level, found on the
+  data by a probe query) is flagged ``nondeterministic_gold`` and, by default, scored
+  ``inconclusive``: its observed pass/fail depends on which tied row an engine happened to pick
+  (Spider q954/q955 flip between MariaDB runs). A tie at the *top-level* cut is decided by the
+  lenient rule above instead (any tied choice passes).
 
 ``policy=testsuite`` (``conf/policy/testsuite.yaml``) emulates the exec rules of the Spider
 test-suite evaluator (Zhong et al., EMNLP 2020, github.com/taoyds/test-suite-sql-eval): the
@@ -100,7 +106,10 @@ class ComparisonPolicy:
             ``strict``: the predicted rows at the cut must equal the gold's choice. Both flag
             ``ties_at_limit``.
         inconclusive_flags: ambiguity flags (:data:`AMBIGUITY_FLAGS`) that turn a decided
-            ``pass``/``fail`` into ``inconclusive``; empty by default (strict verdicts, flagged).
+            ``pass``/``fail`` into ``inconclusive``. Default: only ``nondeterministic_gold`` (a
+            gold whose result is not a function of the data has no single right answer, and its
+            observed verdict could change from run to run); every other flag keeps the strict
+            verdict.
     """
 
     version: str = "cmp-2"
@@ -118,7 +127,7 @@ class ComparisonPolicy:
     duplicates: str = "bag"
     distinct: str = "keep"
     empty_equal: bool = False
-    inconclusive_flags: tuple[str, ...] = ()
+    inconclusive_flags: tuple[str, ...] = ("nondeterministic_gold",)
 
     def __post_init__(self) -> None:
         for name, modes in (("order", ORDER_MODES), ("duplicates", DUPLICATE_MODES),

@@ -59,6 +59,8 @@ class GoldShape:
             ``limit_without_order``, ``nondeterministic_gold``, ``time_dependent_gold``).
         order_by_anywhere: the gold text contains ``order by`` (any depth; test-suite's rule
             for list comparison, ``policy.order = order_by_anywhere``).
+        ties_probe_sql: one-row query telling, for each ORDER BY ... LIMIT below the top level,
+            whether the cut falls in a tie (:func:`nested_ties_probe`); None when there is none.
     """
 
     ordered: bool = False
@@ -69,6 +71,7 @@ class GoldShape:
     probe_keys: tuple[int, ...] = ()
     flags: tuple[str, ...] = ()
     order_by_anywhere: bool = False
+    ties_probe_sql: str | None = None
 
     @classmethod
     def unparsed(cls) -> "GoldShape":
@@ -118,9 +121,10 @@ def analyze_gold(gold_sql: str, dialect: str, tie_window: int = TIE_WINDOW) -> G
     except Exception:  # sqlglot raises ParseError/TokenError and occasionally others
         return GoldShape(flags=("unparsed_gold",), order_by_anywhere=anywhere)
     det = determinism_flags(tree)
+    ties_probe = nested_ties_probe(tree, dialect)
     shape = _analyze_tree(tree, dialect, tie_window)
     return GoldShape(shape.ordered, shape.order_keys, shape.keys_complete, shape.limit, shape.probe_sql,
-                     shape.probe_keys, tuple(dict.fromkeys(shape.flags + det)), anywhere)
+                     shape.probe_keys, tuple(dict.fromkeys(shape.flags + det)), anywhere, ties_probe)
 
 
 #: sqlglot node classes whose value depends on the clock.
@@ -142,9 +146,9 @@ RANDOM_NODES = ("Rand", "Randn", "Randstr", "Uuid", "TableSample")
 def determinism_flags(tree: exp.Expression) -> tuple[str, ...]:
     """``time_dependent_gold`` / ``nondeterministic_gold`` for a parsed query (module docstring).
 
-    Static: random or clock functions, LIMIT/OFFSET without ORDER BY at any depth, and
-    ORDER BY ... LIMIT below the top level (ties at a nested cut are not visible in the gold's
-    result, so the chosen row may vary between engines and runs).
+    Static: random or clock functions and LIMIT without ORDER BY at any depth. ORDER BY ...
+    LIMIT below the top level is decided on the data (:func:`nested_ties_probe`): a tie at such a
+    cut is invisible in the gold's result, so the chosen row may vary between engines and runs.
     """
     flags: list[str] = []
     top = tree
@@ -171,9 +175,76 @@ def determinism_flags(tree: exp.Expression) -> tuple[str, ...]:
             query = node.parent
             if not isinstance(query, exp.Query) or not query.args.get("order"):
                 flags.append("nondeterministic_gold")
-            elif query is not top:
-                flags.append("nondeterministic_gold")
     return tuple(dict.fromkeys(flags))
+
+
+def _nested_cuts(tree: exp.Expression) -> list[tuple[exp.Select, int]]:
+    """(SELECT, cut position) of every ORDER BY ... LIMIT k [OFFSET o] below the top level."""
+    top = tree
+    while isinstance(top, (exp.Subquery, exp.Paren)):
+        top = top.this
+    out = []
+    for node in tree.find_all(exp.Select):
+        limit = node.args.get("limit")
+        if node is top or not isinstance(limit, exp.Limit) or not node.args.get("order"):
+            continue
+        k = _literal_int(limit.expression)
+        off = node.args.get("offset")
+        o = _literal_int(off.expression) if isinstance(off, exp.Offset) else 0
+        out.append((node, (k + o) if (k is not None and o is not None) else -1))
+    return out
+
+
+def nested_ties_probe(tree: exp.Expression, dialect: str) -> str | None:
+    """A one-row query with two columns per nested ORDER BY ... LIMIT cut (``n<i>``, ``d<i>``):
+    the cut's last kept row and the next row are fetched as ORDER BY key tuples; ``n<i> = 2`` and
+    ``d<i> = 1`` (two rows, one distinct key tuple: NULLs compare equal) means the cut falls in a
+    tie. None when the query has no nested cut. A nested query that cannot run on its own
+    (correlated, in a CTE, SELECT DISTINCT, non-literal LIMIT) makes the probe fail to run, which
+    counts as a possible tie (``nondeterministic_gold``)."""
+    cuts = _nested_cuts(tree)
+    if not cuts:
+        return None
+    cols = []
+    for i, (sel, cut) in enumerate(cuts):
+        if cut < 1 or sel.args.get("distinct"):
+            return "SELECT no_tie_probe_possible"  # fails on every engine: conservative flag
+        selects = list(sel.selects)
+        keys = []
+        for o in sel.args["order"].expressions:
+            k = o.this if isinstance(o, exp.Ordered) else o
+            pos = _literal_int(k)
+            if pos is not None:  # ORDER BY 2: the second output expression
+                if not 1 <= pos <= len(selects) or isinstance(selects[pos - 1], exp.Star):
+                    return "SELECT no_tie_probe_possible"
+                k = selects[pos - 1].this if isinstance(selects[pos - 1], exp.Alias) else selects[pos - 1]
+            keys.append(_inline_aliases(k, selects))
+        inner = sel.copy()
+        inner.set("expressions", [exp.alias_(k.copy(), f"k{j}") for j, k in enumerate(keys)])
+        inner.set("order", exp.Order(expressions=[
+            exp.Ordered(this=k.copy(), desc=o.args.get("desc") if isinstance(o, exp.Ordered) else None,
+                        nulls_first=o.args.get("nulls_first") if isinstance(o, exp.Ordered) else None)
+            for k, o in zip(keys, sel.args["order"].expressions)]))
+        inner.set("limit", exp.Limit(expression=exp.Literal.number(2)))
+        inner.set("offset", exp.Offset(expression=exp.Literal.number(cut - 1)))
+        n = exp.select("COUNT(*)").from_(exp.Subquery(this=inner.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"t{i}"))))
+        dist = exp.select("*").distinct().from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(f"u{i}"))))
+        d = exp.select("COUNT(*)").from_(exp.Subquery(this=dist, alias=exp.TableAlias(this=exp.to_identifier(f"v{i}"))))
+        cols += [exp.alias_(exp.Subquery(this=n), f"n{i}"), exp.alias_(exp.Subquery(this=d), f"d{i}")]
+    try:
+        return exp.select(*cols).sql(dialect=dialect)
+    except Exception:  # noqa: BLE001 - cannot render: conservative flag
+        return "SELECT no_tie_probe_possible"
+
+
+def nested_ties(probe) -> bool:
+    """True when a :func:`nested_ties_probe` result (an Arrow table, or None when it did not
+    run) shows, or cannot exclude, a tie at a nested cut."""
+    if probe is None or probe.num_rows != 1:
+        return True
+    row = probe.to_pylist()[0]
+    vals = list(row.values())
+    return any(n == 2 and d == 1 for n, d in zip(vals[0::2], vals[1::2]))
 
 
 def _inline_aliases(key: exp.Expression, selects: list[exp.Expression]) -> exp.Expression:

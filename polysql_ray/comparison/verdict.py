@@ -24,7 +24,7 @@ user's test gets the verdict the sweep records. Vocabulary (:mod:`polysql_ray.st
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import sqlglot
@@ -32,7 +32,7 @@ from sqlglot import exp
 
 from polysql_ray.comparison.policy import ComparisonPolicy
 from polysql_ray.comparison.result_set import Comparison, Diff, compare
-from polysql_ray.comparison.shape import GoldShape
+from polysql_ray.comparison.shape import GoldShape, nested_ties
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 from polysql_ray.generation.base import GenStatus
 
@@ -147,7 +147,7 @@ def _enforce(res: ExecutionResult | None, limits: Limits | None) -> ExecutionRes
 def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: ExecutionResult | None,
            pred: ExecutionResult | None, shape: GoldShape | None, policy: ComparisonPolicy,
            limits: Limits | None = None, *, gold_error: str | None = None, proven: bool = False,
-           pair: Pair | None = None) -> Verdict:
+           pair: Pair | None = None, ties_probe: ExecutionResult | None = None) -> Verdict:
     """Decide the verdict of one prediction (module docstring).
 
     Args:
@@ -162,6 +162,8 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
         gold_error: a message when the example's gold cannot run at all (missing database).
         proven: the structural check proved the prediction equivalent to the gold.
         pair: SQL texts and engines, for :func:`semantic_flags` (None: no such flags).
+        ties_probe: execution of ``shape.ties_probe_sql`` on the gold engine; a tie at a nested
+            ORDER BY ... LIMIT cut, or a probe that did not run, flags ``nondeterministic_gold``.
     """
     gold, probe, pred = _enforce(gold, limits), _enforce(probe, limits), _enforce(pred, limits)
     if gold_error is not None or gold is None:
@@ -169,6 +171,9 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
     if gold.status is not ExecStatus.OK:
         return Verdict("gold_error", f"gold_{gold.status.value}")
     shape = shape if shape is not None else GoldShape.unparsed()
+    if shape.ties_probe_sql is not None and \
+            nested_ties(ties_probe.table if (ties_probe is not None and ties_probe.ok) else None):
+        shape = replace(shape, flags=tuple(dict.fromkeys(shape.flags + ("nondeterministic_gold",))))
     gen_status = GenStatus(gen_status)
     if gen_status is not GenStatus.OK:
         return Verdict("fail", _GEN_REASON[gen_status])

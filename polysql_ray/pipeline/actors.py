@@ -66,7 +66,7 @@ def score_batch(items: list[dict], result_refs: list, policy, limits: dict | Non
 
     Args:
         items: row metadata per prediction: every SCORE_SCHEMA field known before execution,
-            plus ``_gold``/``_probe``/``_pred`` (indices into ``result_refs`` or None),
+            plus ``_gold``/``_probe``/``_ties_probe``/``_pred`` (indices into ``result_refs`` or None),
             ``_shape`` (GoldShape of the gold SQL that ran), ``_gen_status``/``_gold_error``,
             ``_gold_dialect`` and ``_structural``.
         result_refs: ObjectRefs of ExecutionResults (nested, so fetched here, once each).
@@ -87,6 +87,7 @@ def score_batch(items: list[dict], result_refs: list, policy, limits: dict | Non
         gold = results[it["_gold"]] if it["_gold"] is not None else None
         probe = results[it["_probe"]] if it["_probe"] is not None else None
         pred = results[it["_pred"]] if it["_pred"] is not None else None
+        ties = results[it["_ties_probe"]] if it.get("_ties_probe") is not None else None
         t0 = time.perf_counter()
         structural = it["_structural"]
         gold_dialect = it.get("_gold_dialect") or default_dialect(it["source_engine"])
@@ -95,7 +96,7 @@ def score_batch(items: list[dict], result_refs: list, policy, limits: dict | Non
                     executed_sql(it["pred_sql"] or "", pred_dialect, policy),
                     gold_dialect, pred_dialect, it["source_engine"], it["target_engine"])
         v = decide(it["_gen_status"], gold, probe, pred, it["_shape"], policy, lim,
-                   gold_error=it["_gold_error"], proven=structural == "equivalent", pair=pair)
+                   gold_error=it["_gold_error"], proven=structural == "equivalent", pair=pair, ties_probe=ties)
         score_s = time.perf_counter() - t0
         gold, pred = (lim.enforce(x) if (lim and x is not None) else x for x in (gold, pred))
         row = {k: v_ for k, v_ in it.items() if not k.startswith("_")}

@@ -208,7 +208,7 @@ def plan_work(grid: Grid, cells: list[Cell], stored: set[str], predictions_for, 
         preds = predictions_for(cell)
         for i in pending:
             ex, pred = examples[i], preds[i]
-            gold = probe = pr = None
+            gold = probe = pr = ties = None
             shape = None
             if ex.gold_error is None:
                 gold_sql = executed_sql(ex.gold_sql, ex.gold_dialect, grid.policy)  # policy.distinct
@@ -220,12 +220,14 @@ def plan_work(grid: Grid, cells: list[Cell], stored: set[str], predictions_for, 
                 gold = request(ex.source_engine, src.location, gold_sql, ex.db_id)
                 if getattr(shape, "probe_sql", None):
                     probe = request(ex.source_engine, src.location, shape.probe_sql, ex.db_id)
+                if getattr(shape, "ties_probe_sql", None):
+                    ties = request(ex.source_engine, src.location, shape.ties_probe_sql, ex.db_id)
                 if pred.status is GenStatus.OK and pred.pred_sql.strip():
                     loc = replica_location(ex.dataset, ex.db_id, cell.target_engine)
                     if loc is not None:
                         pr = request(cell.target_engine, loc, executed_sql(
                             pred.pred_sql, default_dialect(cell.target_engine), grid.policy), ex.db_id)
-            items.append(WorkItem(keys[i], cell, ex, pred, gold, probe, pr, shape))
+            items.append(WorkItem(keys[i], cell, ex, pred, gold, probe, pr, shape, ties_probe=ties))
     return items, requests
 
 
@@ -467,6 +469,7 @@ def _item_meta(it: WorkItem, index: dict[str, int], run_id: str) -> dict:
         "question_id": ex.question_id, "db_id": ex.db_id, "gold_sql": ex.gold_sql,
         "pred_sql": pred.pred_sql, "gen_status": GenStatus(pred.status).value,
         "_gold": index.get(it.gold), "_probe": index.get(it.probe), "_pred": index.get(it.pred),
+        "_ties_probe": index.get(it.ties_probe),
         "_shape": it.shape, "_gen_status": GenStatus(pred.status).value, "_gold_error": ex.gold_error,
         "_gold_dialect": ex.gold_dialect,
         "_structural": it.structural,

@@ -107,5 +107,5 @@ class StructuralJob:
                 proven += 1
                 if self.mode == "prove":
                     it.pred = None
-                    it.deps = tuple(d for d in (it.gold, it.probe) if d is not None)
+                    it.deps = tuple(d for d in (it.gold, it.probe, it.ties_probe) if d is not None)
         return proven
