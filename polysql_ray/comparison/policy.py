@@ -61,12 +61,14 @@ TIED_ROW_MODES = ("multiset", "positional")
 COLUMN_MODES = ("match", "positional")
 DISTINCT_MODES = ("keep", "strip")
 
-#: Every ambiguity flag a comparison can record (README, "Ambiguity flags"); the names allowed
-#: in ``inconclusive_flags``.
+#: Flags saying the verdict may hinge on an ambiguity (README, "Ambiguity flags"): EX is also
+#: reported over the items carrying none of them.
 AMBIGUITY_FLAGS = ("ties_at_limit", "ties_truncated", "nondeterministic_gold", "time_dependent_gold",
                    "null_order", "integer_division", "bool_as_int", "decimal_scale", "collation",
-                   "duplicates", "columns_reordered", "extra_pred_columns_used", "tie_probe_unavailable",
-                   "order_keys_unknown", "unparsed_gold")
+                   "duplicates", "tie_probe_unavailable", "order_keys_unknown", "unparsed_gold")
+#: Every flag a policy may list in ``inconclusive_flags`` (the ambiguity flags and the
+#: informational column-mapping flags).
+POLICY_FLAGS = AMBIGUITY_FLAGS + ("columns_reordered", "extra_pred_columns_used")
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ class ComparisonPolicy:
             any predicted choice among the tied rows (needs the gold probe, see shape.py);
             ``strict``: the predicted rows at the cut must equal the gold's choice. Both flag
             ``ties_at_limit``.
-        inconclusive_flags: ambiguity flags (:data:`AMBIGUITY_FLAGS`) that turn a decided
+        inconclusive_flags: flags (:data:`POLICY_FLAGS`) that turn a decided
             ``pass``/``fail`` into ``inconclusive``. Default: only ``nondeterministic_gold`` (a
             gold whose result is not a function of the data has no single right answer, and its
             observed verdict could change from run to run); every other flag keeps the strict
@@ -138,9 +140,9 @@ class ComparisonPolicy:
         if not (self.abs_tol >= 0 and self.rel_tol >= 0):
             raise ValueError("policy tolerances must be >= 0")
         object.__setattr__(self, "inconclusive_flags", tuple(self.inconclusive_flags or ()))
-        unknown = sorted(set(self.inconclusive_flags) - set(AMBIGUITY_FLAGS))
+        unknown = sorted(set(self.inconclusive_flags) - set(POLICY_FLAGS))
         if unknown:
-            raise ValueError(f"policy.inconclusive_flags: unknown flag(s) {unknown}; known: {list(AMBIGUITY_FLAGS)}")
+            raise ValueError(f"policy.inconclusive_flags: unknown flag(s) {unknown}; known: {list(POLICY_FLAGS)}")
         for f in dataclasses.fields(self):  # catch YAML strings like "yes" for booleans early
             if f.type == "bool" and not isinstance(getattr(self, f.name), bool):
                 raise ValueError(f"policy.{f.name} must be a boolean")

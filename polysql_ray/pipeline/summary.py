@@ -9,7 +9,10 @@ One row per (model, dataset, dialect, instruction_level):
 * ``timeouts``: predictions interrupted by the engine timeout; ``ex_no_timeouts`` excludes them
   from the denominator too (evaluation-notes section 4);
 * ``exec_errors``: predictions that did not execute for another reason (syntax, schema ...);
-* ``proven``: verdicts decided structurally without execution.
+* ``proven``: verdicts decided structurally without execution;
+* ``inconclusive``: verdicts the data cannot decide (``policy.inconclusive_flags``, ties beyond
+  the probe window); ``ex_unflagged``: EX over the questions whose row carries no ambiguity
+  flag (:data:`polysql_ray.comparison.policy.AMBIGUITY_FLAGS`), beside ``ex`` over all.
 """
 from __future__ import annotations
 
@@ -19,7 +22,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from polysql_ray.comparison.policy import AMBIGUITY_FLAGS
 from polysql_ray.store.parquet import ResultsStore
+
+_FLAGGED = "regexp_matches(coalesce(flags, ''), '(^|,)(" + "|".join(AMBIGUITY_FLAGS) + ")(,|$)')"
 
 _SQL = """
 SELECT model, dataset, dialect, instruction_level,
@@ -35,11 +41,15 @@ SELECT model, dataset, dialect, instruction_level,
                                                             AS ex_no_timeouts,
        count(*) FILTER (WHERE verdict = 'fail' AND reason LIKE 'pred_%' AND reason <> 'pred_timeout')
                                                             AS exec_errors,
-       count(*) FILTER (WHERE basis = 'proven')             AS proven
+       count(*) FILTER (WHERE basis = 'proven')             AS proven,
+       count(*) FILTER (WHERE verdict = 'inconclusive')     AS inconclusive,
+       round(100.0 * count(*) FILTER (WHERE correct AND NOT FLAGGED)
+             / nullif(count(*) FILTER (WHERE verdict <> 'gold_error' AND NOT FLAGGED), 0), 2)
+                                                            AS ex_unflagged
 FROM scores
 GROUP BY ALL
 ORDER BY dataset, model, instruction_level, dialect
-"""
+""".replace("FLAGGED", _FLAGGED)
 
 
 def ex_table(store: ResultsStore, cell_keys: list[str] | None = None) -> pa.Table:
@@ -60,7 +70,8 @@ def write_csv(table: pa.Table, path: str | Path) -> Path:
 
 _TEXT = ("model", "dataset", "dialect", "instruction_level")
 _HEADERS = {"instruction_level": "level", "gold_errors": "gold err", "ex_all": "EX all", "ex": "EX",
-            "ex_no_timeouts": "EX no t/o", "exec_errors": "exec err", "timeouts": "t/o"}
+            "ex_no_timeouts": "EX no t/o", "exec_errors": "exec err", "timeouts": "t/o",
+            "inconclusive": "inconcl", "ex_unflagged": "EX unflagged"}
 
 
 def render(table: pa.Table, console, title: str = "Execution accuracy (EX, %)") -> None:
