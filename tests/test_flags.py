@@ -283,3 +283,22 @@ def test_inconclusive_flags_policy_turns_flagged_verdicts_inconclusive(db, tmp_p
     assert r.verdict == "fail"
     with pytest.raises(ValueError):
         ComparisonPolicy(inconclusive_flags=("no_such_flag",))
+
+
+def test_clock_dependent_scores_from_an_earlier_date_are_not_reused(tmp_path):
+    import datetime as dt
+
+    from polysql_ray.pipeline.driver import _stale_clock_scores
+    from polysql_ray.store.parquet import ResultsStore
+    from polysql_ray.store.schema import SCORE_SCHEMA
+
+    now = dt.datetime.now(dt.timezone.utc)
+    rows = [{f.name: None for f in SCORE_SCHEMA} | {
+        "key": key, "cell_key": "cell", "model": "m", "dataset": "d", "dialect": "sqlite",
+        "instruction_level": "-", "question_id": key, "verdict": "pass", "flags": flags, "scored_at": at}
+        for key, flags, at in [("clock_old", "time_dependent_gold", now - dt.timedelta(days=1)),
+                               ("clock_today", "time_dependent_gold", now),
+                               ("plain_old", "ties_at_limit", now - dt.timedelta(days=1))]]
+    store = ResultsStore(tmp_path)
+    store.append(pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))
+    assert _stale_clock_scores(store, ["cell"]) == {"clock_old"}
