@@ -293,7 +293,9 @@ def _mappings(ctx: _Ctx, k: int, m: int, flags: list[str], positional: bool, cut
     cands = []
     for i in range(k):
         order = [i] + [j for j in range(m) if j != i] if i < m else list(range(m))
-        cands.append([j for j in order if ctx.column_equal(i, j)])
+        nulls = int(ctx.cg[i].null.sum())
+        cands.append([j for j in order if int(ctx.cp[j].null.sum()) == nulls  # cheap necessary test
+                      and ctx.column_equal(i, j)])
     if not all(cands):
         return  # some gold column appears nowhere: the identity's diff is the answer
     order = sorted(range(k), key=lambda i: (len(cands[i]), i))
