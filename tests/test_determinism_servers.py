@@ -18,7 +18,7 @@ from polysql_ray.pipeline.driver import run
 
 require_servers("postgres", "mysql")
 require_data(SPIDER / "dev.json")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.servers]
 
 NESTED_TIES = {"159", "160", "954", "955"}
 
