@@ -4,7 +4,8 @@ Every stored score row of a real pipeline run is re-scored with ``score_sql`` (w
 gold, its probe and the prediction itself, on a replica it builds or reuses) and must carry
 the same verdict, reason, basis and flags. Runs on every quickstart item (2 dialects, 3
 models, default and test-suite policy) and on 600 Spider dev items (300 questions x DAIL-SQL
-predictions x {sqlite, duckdb}) when the shared Spider data is present.
+predictions x {sqlite, duckdb}, default and test-suite policy) when the shared Spider data is
+present.
 """
 from __future__ import annotations
 
@@ -60,10 +61,11 @@ def test_every_quickstart_item_scores_identically_both_ways(ray_session, tmp_pat
     assert bad == []
 
 
-def test_300_spider_questions_score_identically_both_ways(ray_session, tmp_path):
+@pytest.mark.parametrize("policy", ["default", "testsuite"])
+def test_300_spider_questions_score_identically_both_ways(ray_session, tmp_path, policy):
     if not DAIL.is_file():
         pytest.skip(f"shared Spider predictions not found at {DAIL} (set POLYSQL_SHARED)")
-    compared, bad = _both_ways(["dataset=spider", "dataset.limit=300", "model=replay",
+    compared, bad = _both_ways(["dataset=spider", "dataset.limit=300", "model=replay", f"policy={policy}",
                                 f"model.predictions={DAIL}", "dialects=[sqlite,duckdb]"], tmp_path)
     assert compared >= 500  # 300 questions x 2 dialects, less the missing wta_1 database
     assert bad == []

@@ -579,7 +579,7 @@ def _lower_strings(t: pa.Table) -> pa.Table | None:
 
 def compare_batch(items: list[tuple[pa.Table | None, pa.Table | None, GoldShape, pa.Table | None]],
                   policy: ComparisonPolicy) -> list[Comparison]:
-    """Compare many (gold, pred, shape, probe) items; used by the Ray scoring tasks.
+    """Compare many (gold, pred, shape, probe) items (verdicts come from :func:`verdict.decide`).
 
     An internal exception on one item yields ``Comparison(False, "compare_error", detail=...)``
     for that item instead of failing the batch.
