@@ -274,6 +274,16 @@ def test_tie_at_a_nested_cut_is_found_on_the_data_and_scored_inconclusive(db, tm
     assert "nondeterministic_gold" in score(corr, corr, db, tmp_path).flags
 
 
+def test_ungrouped_column_flag_found_on_the_data(db, tmp_path):
+    bare = "SELECT country, name FROM singer GROUP BY country"  # US has three names
+    r = score(bare, bare, db, tmp_path)
+    assert "ungrouped_column" in r.flags and r.verdict == "pass"  # flagged, not inconclusive by default
+    keyed = "SELECT id, name FROM singer GROUP BY id"  # one name per id: the same on every engine
+    assert "ungrouped_column" not in score(keyed, keyed, db, tmp_path).flags
+    grouped = "SELECT country, count(*) FROM singer GROUP BY country"
+    assert analyze_gold(grouped, "sqlite").ties_probe_sql is None
+
+
 def test_inconclusive_flags_policy_turns_flagged_verdicts_inconclusive(db, tmp_path):
     pol = dataclasses.replace(POLICY, inconclusive_flags=("duplicates",))
     r = score("SELECT DISTINCT country FROM singer", "SELECT country FROM singer", db, tmp_path, policy=pol)

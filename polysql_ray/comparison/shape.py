@@ -60,7 +60,9 @@ class GoldShape:
         order_by_anywhere: the gold text contains ``order by`` (any depth; test-suite's rule
             for list comparison, ``policy.order = order_by_anywhere``).
         ties_probe_sql: one-row query telling, for each ORDER BY ... LIMIT below the top level,
-            whether the cut falls in a tie (:func:`nested_ties_probe`); None when there is none.
+            whether the cut falls in a tie, and whether a top-level ungrouped column takes
+            several values in one group (:func:`nested_ties_probe`); None when neither applies.
+        nested_cuts: number of ORDER BY ... LIMIT cuts below the top level.
     """
 
     ordered: bool = False
@@ -72,6 +74,7 @@ class GoldShape:
     flags: tuple[str, ...] = ()
     order_by_anywhere: bool = False
     ties_probe_sql: str | None = None
+    nested_cuts: int = 0
 
     @classmethod
     def unparsed(cls) -> "GoldShape":
@@ -124,7 +127,8 @@ def analyze_gold(gold_sql: str, dialect: str, tie_window: int = TIE_WINDOW) -> G
     ties_probe = nested_ties_probe(tree, dialect)
     shape = _analyze_tree(tree, dialect, tie_window)
     return GoldShape(shape.ordered, shape.order_keys, shape.keys_complete, shape.limit, shape.probe_sql,
-                     shape.probe_keys, tuple(dict.fromkeys(shape.flags + det)), anywhere, ties_probe)
+                     shape.probe_keys, tuple(dict.fromkeys(shape.flags + det)), anywhere, ties_probe,
+                     len(_nested_cuts(tree)))
 
 
 #: sqlglot node classes whose value depends on the clock.
@@ -199,13 +203,20 @@ def nested_ties_probe(tree: exp.Expression, dialect: str) -> str | None:
     """A one-row query with two columns per nested ORDER BY ... LIMIT cut (``n<i>``, ``d<i>``):
     the cut's last kept row and the next row are fetched as ORDER BY key tuples; ``n<i> = 2`` and
     ``d<i> = 1`` (two rows, one distinct key tuple: NULLs compare equal) means the cut falls in a
-    tie. None when the query has no nested cut. A nested query that cannot run on its own
-    (correlated, in a CTE, SELECT DISTINCT, non-literal LIMIT) makes the probe fail to run, which
-    counts as a possible tie (``nondeterministic_gold``)."""
+    tie. A nested query that cannot run on its own (correlated, in a CTE, SELECT DISTINCT,
+    non-literal LIMIT) makes the probe fail to run, which counts as a possible tie
+    (``nondeterministic_gold``).
+
+    When the top-level SELECT aggregates and outputs a column that is neither grouped nor
+    aggregated (SQLite and MySQL take it from an arbitrary row of the group; SQLite from the
+    min()/max() row when there is one such aggregate), column ``g`` counts the groups where that
+    column holds more than one distinct non-NULL value (flag ``ungrouped_column``). None when
+    neither check applies."""
     cuts = _nested_cuts(tree)
-    if not cuts:
+    bare = _ungrouped_check(tree)
+    if not cuts and bare is None:
         return None
-    cols = []
+    cols = [exp.alias_(exp.Subquery(this=bare), "g")] if bare is not None else []
     for i, (sel, cut) in enumerate(cuts):
         if cut < 1 or sel.args.get("distinct"):
             return "SELECT no_tie_probe_possible"  # fails on every engine: conservative flag
@@ -237,14 +248,58 @@ def nested_ties_probe(tree: exp.Expression, dialect: str) -> str | None:
         return "SELECT no_tie_probe_possible"
 
 
-def nested_ties(probe) -> bool:
-    """True when a :func:`nested_ties_probe` result (an Arrow table, or None when it did not
-    run) shows, or cannot exclude, a tie at a nested cut."""
-    if probe is None or probe.num_rows != 1:
-        return True
-    row = probe.to_pylist()[0]
-    vals = list(row.values())
-    return any(n == 2 and d == 1 for n, d in zip(vals[0::2], vals[1::2]))
+def nested_ties(probe, nested_cuts: int = 1) -> tuple[str, ...]:
+    """Flags from a :func:`nested_ties_probe` result (an Arrow table, or None when it did not
+    run): ``nondeterministic_gold`` when a nested cut falls in a tie or cannot be excluded from
+    one (``nested_cuts > 0`` and no result), ``ungrouped_column`` when ``g > 0``."""
+    row = probe.to_pylist()[0] if (probe is not None and probe.num_rows == 1) else None
+    flags = []
+    if nested_cuts:
+        if row is None or any(row.get(f"n{i}") == 2 and row.get(f"d{i}") == 1 for i in range(nested_cuts)):
+            flags.append("nondeterministic_gold")
+    if row is not None and (row.get("g") or 0) > 0:
+        flags.append("ungrouped_column")
+    return tuple(flags)
+
+
+def _ungrouped_check(tree: exp.Expression) -> exp.Select | None:
+    """``SELECT COUNT(*) FROM (<the top SELECT's groups with count(DISTINCT bare column) per
+    ungrouped output column>) WHERE b0 > 1 OR ...``, None when no such column."""
+    top = tree
+    while isinstance(top, (exp.Subquery, exp.Paren)):
+        top = top.this
+    if not isinstance(top, exp.Select):
+        return None
+    group = top.args.get("group")
+    selects = list(top.selects)
+    if group is None and not any(isinstance(n, exp.AggFunc) for s in selects for n in s.walk()):
+        return None
+    grouped = {c.name.lower() for e in (group.expressions if group else []) for c in e.find_all(exp.Column)}
+    bare: dict[str, exp.Column] = {}
+    for s in selects:
+        if isinstance(s, exp.Star):
+            return None
+        for col in s.find_all(exp.Column):
+            p, inside = col.parent, False
+            while p is not None and p is not top:
+                if isinstance(p, (exp.AggFunc, exp.Subquery, exp.Select)):
+                    inside = True
+                    break
+                p = p.parent
+            if not inside and col.name.lower() not in grouped and not isinstance(col.this, exp.Star):
+                bare.setdefault(col.sql(), col)
+    if not bare:
+        return None
+    inner = top.copy()
+    inner.set("expressions", [exp.alias_(exp.Count(this=exp.Distinct(expressions=[c.copy()])), f"b{j}")
+                              for j, c in enumerate(bare.values())])
+    for key in ("order", "limit", "offset", "distinct"):
+        inner.set(key, None)
+    if inner.args.get("having") is not None:
+        inner.set("having", exp.Having(this=_inline_aliases(inner.args["having"].this, selects)))
+    cond = exp.or_(*[exp.GT(this=exp.column(f"b{j}"), expression=exp.Literal.number(1)) for j in range(len(bare))])
+    return exp.select("COUNT(*)").from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("w")))) \
+        .where(cond)
 
 
 def _inline_aliases(key: exp.Expression, selects: list[exp.Expression]) -> exp.Expression:

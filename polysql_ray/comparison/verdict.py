@@ -157,7 +157,8 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
         proven: the structural check proved the prediction equivalent to the gold.
         pair: SQL texts and engines, for :func:`semantic_flags` (None: no such flags).
         ties_probe: execution of ``shape.ties_probe_sql`` on the gold engine; a tie at a nested
-            ORDER BY ... LIMIT cut, or a probe that did not run, flags ``nondeterministic_gold``.
+            ORDER BY ... LIMIT cut, or a probe that did not run, flags ``nondeterministic_gold``;
+            an ungrouped output column with several values in a group flags ``ungrouped_column``.
     """
     gold, probe, pred = _enforce(gold, limits), _enforce(probe, limits), _enforce(pred, limits)
     if gold_error is not None or gold is None:
@@ -165,9 +166,10 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
     if gold.status is not ExecStatus.OK:
         return Verdict("gold_error", f"gold_{gold.status.value}")
     shape = shape if shape is not None else GoldShape.unparsed()
-    if shape.ties_probe_sql is not None and \
-            nested_ties(ties_probe.table if (ties_probe is not None and ties_probe.ok) else None):
-        shape = replace(shape, flags=tuple(dict.fromkeys(shape.flags + ("nondeterministic_gold",))))
+    if shape.ties_probe_sql is not None:
+        found = nested_ties(ties_probe.table if (ties_probe is not None and ties_probe.ok) else None,
+                            shape.nested_cuts)
+        shape = replace(shape, flags=tuple(dict.fromkeys(shape.flags + found)))
     gen_status = GenStatus(gen_status)
     if gen_status is not GenStatus.OK:
         return Verdict("fail", _GEN_REASON[gen_status])
