@@ -80,6 +80,9 @@ def main() -> None:
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "polysql-bench-nodes"))
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
+    # a private Ray temp dir (short: Unix socket paths are limited): no other driver on the
+    # machine (address="auto") joins these clusters
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="psr-", dir="/tmp")
     print(f"sweep: {args.models} gold models x Spider dev first {args.questions} questions x sqlite+duckdb; "
           f"5 logical CPUs either way, {os.cpu_count()} cores on this machine")
     walls: dict[str, list[float]] = collections.defaultdict(list)
@@ -91,6 +94,7 @@ def main() -> None:
             walls[name].append(r["wall_s"])
             print(f"{name:<10} repeat {rep}: start-up {r['startup_s']:5.1f} s | wall {r['wall_s']:6.1f} s | "
                   f"{r['items'] / r['wall_s']:7.1f} items/s | execution actors on {r['actors']} | stages {r['stages']}")
+    shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)
     one, two = (min(walls[k]) for k in LAYOUTS)
     print(f"best wall: one node {one:.1f} s, two nodes {two:.1f} s -> two-node overhead "
           f"{two - one:+.1f} s ({100 * (two - one) / one:+.0f}%)")
