@@ -188,3 +188,10 @@ def test_dockerfile_installs_the_project_with_extras_that_exist():
     assert any(d.replace(" ", "").endswith(f"=={_pinned_ray()}") and d.startswith("ray[")
                for d in optional["cluster"])
     assert 'pip install --no-cache-dir -e ".[${EXTRAS}]"' in text  # editable: conf/ is read from /app
+
+
+def test_pods_can_write_the_shared_volume_as_the_image_user():
+    (uid,) = re.findall(r"^USER (\d+)$", (ROOT / "Dockerfile").read_text(), re.M)
+    for _, doc in _ray_docs():
+        for name, _, pod in _groups(doc):
+            assert pod.get("securityContext", {}).get("fsGroup") == int(uid), (doc["metadata"]["name"], name)
