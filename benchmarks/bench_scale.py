@@ -6,7 +6,8 @@ duckdb, so N = M x 1000 x 2. Every size runs in a fresh child process with a fre
 store (replicas are shared between sizes, so only the first size builds them) and prints:
 
 * driver peak RSS (``getrusage(RUSAGE_SELF).ru_maxrss`` of the driver process; Ray's worker
-  processes are not included) and its growth per 1000 items,
+  processes are not included), KiB per planned item, and the driver's RSS sampled over the run
+  (so a peak at the end, e.g. reading the store back, is told apart from the plan's size),
 * items/s (planned items / wall of ``run``, start-up and shutdown included) and the stages.
 
 A size whose projected driver RSS (the growth per item between the two previous sizes)
@@ -120,18 +121,25 @@ def _run_child(size: int, workdir: str, overrides: list[str], limit_mib: float) 
     Ray's reaper) if its RSS passes ``limit_mib``. Returns (figures or None, peak RSS seen MiB)."""
     proc = subprocess.Popen([sys.executable, __file__, "--one", str(size), "--workdir", workdir, *overrides],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0.0
+    samples: list[float] = []  # driver RSS (MiB) every 0.5 s
     while proc.poll() is None:
-        peak = max(peak, _rss_mib(proc.pid))
-        if peak > limit_mib:
+        samples.append(_rss_mib(proc.pid))
+        if samples[-1] > limit_mib:
             proc.kill()
             proc.communicate()
-            return None, peak
+            print(f"{'':>9} driver RSS over the run (MiB, at 10/25/50/75/90% of its samples): {_quantiles(samples)}")
+            return None, samples[-1]
         time.sleep(0.5)
     out, err = proc.communicate()
     if proc.returncode:
         raise SystemExit(f"{size} items failed (exit {proc.returncode}): {err.strip()[-2000:]}")
-    return json.loads(out.strip().splitlines()[-1]), peak
+    print(f"{'':>9} driver RSS over the run (MiB, at 10/25/50/75/90% of its samples): {_quantiles(samples)}")
+    return json.loads(out.strip().splitlines()[-1]), max(samples, default=0.0)
+
+
+def _quantiles(samples: list[float]) -> list[int]:
+    """RSS at fixed fractions of the run's duration (samples are evenly spaced in time)."""
+    return [round(samples[min(len(samples) - 1, int(f * len(samples)))]) for f in (0.1, 0.25, 0.5, 0.75, 0.9)] if samples else []
 
 
 def _rss_mib(pid: int) -> float:
