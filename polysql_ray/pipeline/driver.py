@@ -394,6 +394,7 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
         # retried by Ray; what still fails is split into single statements below
         cls = ray.remote(ExecutionActor).options(num_cpus=float(ecfg.get("num_cpus", 0.5)),
                                                  num_gpus=float(ecfg.get("num_gpus", 0) or 0),
+                                                 resources=dict(ecfg.get("resources") or {}),
                                                  max_restarts=-1, max_task_retries=ACTOR_TASK_RETRIES)
         actors[engine] = [cls.remote(engine, _engine_settings(cfg, engine), limits,
                                      float(pcfg.get("unavailable_retry_s", 120)))
@@ -545,8 +546,17 @@ def _count_unavailable(table, stats: RunStats) -> None:
 
 def _check_fits(cfg: dict, engines: list[str]) -> None:
     """Fail fast instead of hanging when the execution actors would reserve every CPU of the
-    cluster and leave none for a scoring task (Ray would wait forever)."""
-    total = ray.cluster_resources().get("CPU", 0.0)
+    cluster and leave none for a scoring task, or ask for a custom resource (``engines.<name>.
+    resources``) that no node has (Ray would wait forever). Errors: :class:`ConfigError`."""
+    have = ray.cluster_resources()
+    for e in engines:
+        for name, amount in dict(((cfg.get("engines") or {}).get(e) or {}).get("resources") or {}).items():
+            if float(have.get(name, 0.0)) < float(amount) - 1e-9:
+                raise ConfigError(
+                    f"engines.{e}.resources asks for {amount:g} of custom resource {name!r}, but the "
+                    f"Ray cluster has {float(have.get(name, 0.0)):g}: start a node with "
+                    f"resources={{\"{name}\": N}} or drop engines.{e}.resources")
+    total = have.get("CPU", 0.0)
     reserved = sum(max(1, int(((cfg.get("engines") or {}).get(e) or {}).get("actors", 1)))
                    * float(((cfg.get("engines") or {}).get(e) or {}).get("num_cpus", 0.5)) for e in engines)
     need = reserved + float(cfg["pipeline"].get("score_num_cpus", 0.25))
