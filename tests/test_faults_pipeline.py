@@ -176,7 +176,8 @@ def test_server_down_for_good_stores_unavailable_then_rerun_scores_it(baseline, 
         assert set(scored.items()) <= set(expected.items())  # nothing wrong recorded
         row = table.to_pylist()[0]
         assert row["unavailable"] == sum(stats.unavailable.values())
-        assert row["n"] == 34 - row["unavailable"]          # excluded from EX
+        counted = 34 - row["unavailable"]                   # excluded from EX (README legend)
+        assert row["n"] == 34 and row["ex"] == round(100.0 * row["correct"] / counted, 2)
     finally:
         mariadb.start()
     stats2, _ = run(*_cfg(out, replicas))

@@ -46,18 +46,25 @@ def test_exact_copy_types_keys_and_reuse(tmp_path):
     src = _make()
     rep = replicate(src, "sqlite", tmp_path)
     con = sqlite3.connect(rep.location)
+    # the table name as the MySQL source reports it: with lower_case_table_names=1 (README) the
+    # server itself stores `Parent` as `parent`; column names keep their case either way
+    c = pymysql.connect(host="127.0.0.1", user="root", password="")
+    with c.cursor() as cur:
+        cur.execute("SELECT @@lower_case_table_names")
+        P = "parent" if int(cur.fetchone()[0]) == 1 else "Parent"
+    c.close()
     # exact quoted identifiers, explicit types, keys carried
-    ddl = con.execute("SELECT sql FROM sqlite_master WHERE name='Parent'").fetchone()[0]
+    ddl = con.execute("SELECT sql FROM sqlite_master WHERE name=?", [P]).fetchone()[0]
     assert '"Name Text" TEXT NOT NULL' in ddl and '"price" REAL' in ddl and 'PRIMARY KEY ("Id")' in ddl
-    assert 'REFERENCES "Parent" ("Id")' in con.execute(
+    assert f'REFERENCES "{P}" ("Id")' in con.execute(
         "SELECT sql FROM sqlite_master WHERE name='child'").fetchone()[0]
     rows = con.execute('SELECT "Id", "Name Text", price, typeof(price), born, "at", w, d '
-                       'FROM "Parent" ORDER BY 1').fetchall()
+                       f'FROM "{P}" ORDER BY 1').fetchall()
     # DECIMAL 100.00 stays a REAL (not the integer 100: no integer division later)
     assert rows[0] == (1, "a", 100.0, "real", "1980-09-30", "2020-01-02 03:04:05", 23.45, 0.1)
     assert rows[1][1] == "B "  # trailing space kept
-    assert con.execute("SELECT 7 / price FROM \"Parent\" WHERE \"Id\" = 1").fetchone()[0] == 0.07
-    assert rep.manifest.checksums["Parent"].rows == 2 and not rep.manifest.dropped_constraints
+    assert con.execute(f'SELECT 7 / price FROM "{P}" WHERE "Id" = 1').fetchone()[0] == 0.07
+    assert rep.manifest.checksums[P].rows == 2 and not rep.manifest.dropped_constraints
     assert replicate(src, "sqlite", tmp_path).reused
 
 

@@ -277,6 +277,13 @@ class ResultSetEquivalence:
                 return EquivalenceResult("inconclusive", "observed", f"engine_unavailable: {e}",
                                          reason="engine_unavailable")
             shape = analyze_gold(gold_sql, case.gold_dialect)
+            if _missing_source(case.gold_engine, case.gold_location):
+                # as in the pipeline (a dataset's missing database, e.g. Spider's wta_1): the gold
+                # cannot run, a gold error, not the model's failure nor an engine outage
+                v = decide("ok" if pred_sql.strip() else "no_sql", None, None, None, shape, pol,
+                           self.limits, gold_error=f"source database missing: {case.gold_location}")
+                return EquivalenceResult(v.verdict, v.basis, f"{v.reason}: source database missing: "
+                                         f"{case.gold_location}", None, reason=v.reason, flags=v.flags)
             gold = self._run(gold_engine, case.gold_location, gold_sql)
             probe = self._run(gold_engine, case.gold_location, shape.probe_sql) \
                 if (gold.ok and shape.probe_sql) else None
@@ -439,6 +446,17 @@ def observed_equivalence(engines: Mapping[str, Engine] | None = None, policy=Non
 def judged_equivalence(judge: Callable[[str], str], **judge_kwargs: Any) -> FirstDecisive:
     """``FirstDecisive([AstCheck(), Judge(judge, **judge_kwargs)])``; ``judge(prompt) -> str``."""
     return FirstDecisive([AstCheck(), Judge(judge, **judge_kwargs)])
+
+
+def _missing_source(engine: str, location: str | None) -> bool:
+    """True when an embedded engine's source database file does not exist (the datasets'
+    loaders mark such examples ``gold_error``; the one-case API follows them)."""
+    from polysql_ray.engines.registry import engine_spec
+
+    try:
+        return engine_spec(engine).embedded and not (location and os.path.isfile(location))
+    except KeyError:
+        return False
 
 
 def score_sql(gold_sql: str, pred_sql: str, *, database: str, engine: str = "sqlite",
