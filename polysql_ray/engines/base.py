@@ -2,7 +2,7 @@
 
 Every engine module (``sqlite.py``, ``duckdb.py``, ``postgres.py`` ...) is a small class whose
 behaviour is mostly data (read-only settings, error-code table), in the style of sqlglot's
-dialect classes. The contract (DEVELOPERS.md, evaluation-notes.md section 4):
+dialect classes. The contract (README "Untrusted SQL"):
 
 * read-only at the engine level, exactly one SELECT/WITH statement,
 * an engine-side timeout that really interrupts the engine,

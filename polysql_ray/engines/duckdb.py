@@ -1,6 +1,6 @@
 """DuckDB engine: read-only replica, no external access, one SELECT, real interrupt, row cap.
 
-Sandbox (evaluation-notes.md section 4; DuckDB docs "Securing DuckDB"), all engine-side:
+Sandbox (README "Untrusted SQL"; DuckDB docs "Securing DuckDB"), all engine-side:
 
 * the copy is opened ``read_only=True`` with :data:`CONNECT_CONFIG` in the connect call:
   ``enable_external_access=false`` (no files: ``read_text``/``read_csv('/etc/passwd')``,

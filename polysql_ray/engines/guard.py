@@ -1,6 +1,6 @@
 """Statement guard: "exactly one SELECT/WITH statement", without rejecting valid SQL.
 
-Layering (evaluation-notes.md section 4; the engine's own protections are authoritative):
+Layering (README "Untrusted SQL"; the engine's own protections are authoritative):
 
 1. **This guard** tokenizes with sqlglot's tokenizer for the engine's dialect. Tokenizing is
    far more forgiving than parsing, so SQL that sqlglot cannot *parse* (engine-specific

@@ -4,7 +4,7 @@ Layout: one database per (dataset, db_id), named ``pq_<dataset>_<db_id>``
 (:func:`servers.replica_name`); ``location`` is that database name, selected with
 ``COM_INIT_DB`` so predictions use unqualified table names as on the source.
 
-Sandbox (evaluation-notes.md section 4):
+Sandbox (README "Untrusted SQL"):
 
 * runs as the least-privilege user ``polysql_reader`` (created by ``replication/mysql.py``:
   ``GRANT SELECT`` on ``pq\\_%`` databases only; no FILE, PROCESS, SUPER ...): ``INTO OUTFILE``

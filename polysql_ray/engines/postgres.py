@@ -9,7 +9,7 @@ instead of databases let one bounded connection pool serve every db_id (a databa
 would need a pool per database: 20 Spider databases x pool size connections against
 ``max_connections=100``).
 
-Sandbox (evaluation-notes.md section 4), all enforced by the server, not by us:
+Sandbox (README "Untrusted SQL"), all enforced by the server, not by us:
 
 * the statement runs as the least-privilege role ``polysql_reader`` (created by
   ``replication/postgres.py``: LOGIN, NOSUPERUSER, USAGE+SELECT on ``pq_*`` schemas only,

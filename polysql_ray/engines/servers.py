@@ -14,7 +14,7 @@ and the server replication loaders:
 * :func:`replica_name` - the one naming rule for replicated databases: ``pq_<dataset>_<db_id>``
   (a MySQL database, a PostgreSQL schema).
 
-Policy reference: evaluation-notes.md section 4 (least-privilege role, engine-side limits).
+Policy reference: README "Untrusted SQL" (least-privilege role, engine-side limits).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """SQLite engine: read-only, one statement, authorizer, progress-handler timeout, row cap.
 
-Sandbox (evaluation-notes.md section 4), all engine-side:
+Sandbox (README "Untrusted SQL"), all engine-side:
 
 * opened with the URI ``file:<path>?mode=ro`` (the file cannot be written through this
   connection), autocommit, ``PRAGMA query_only=1``;

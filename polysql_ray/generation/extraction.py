@@ -1,6 +1,6 @@
 """Extract the predicted SQL from raw model output.
 
-Policy (evaluation-notes.md section 7; PolySQL arXiv 2605.07796 section on answer parsing):
+Policy (README "Generation"; PolySQL arXiv 2605.07796 section on answer parsing):
 
 1. Reasoning: when the output has ``</think>`` (Qwen/DeepSeek-R1 style), only the text after
    the *last* ``</think>`` is the answer; SQL drafts inside the reasoning are ignored. An

@@ -1,6 +1,6 @@
 """Render a source database's schema as the CREATE TABLE statements of each target's replica.
 
-The model must see the schema its SQL will run on (evaluation-notes.md section 3): the names
+The model must see the schema its SQL will run on (README "Replication"): the names
 the replica really has and the types it really has. So:
 
 * the schema is read once per source by that engine's replication reader

@@ -2,7 +2,7 @@
 
 A copy is accepted only if, for every table, the row count and, for every column, the
 number of non-NULL values and an order-independent hash of the values are equal on the
-source and on the copy (evaluation-notes.md section 3: "verify every copy").
+source and on the copy (README "Replication": "verify every copy").
 
 Canonical value text (:func:`canonical_text`), by the column's *logical* type, from the
 Python value each side's driver returns (so no engine's own text rendering is involved):

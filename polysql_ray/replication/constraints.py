@@ -2,7 +2,7 @@
 
 Shared by the embedded-engine writers (DuckDB, SQLite), which stage every table first and then
 create the final tables with only the constraints the data really satisfies; each constraint
-left out is recorded as one sentence in the manifest (evaluation-notes section 3: keys are
+left out is recorded as one sentence in the manifest (README "Replication": keys are
 carried where the target supports them, never silently).
 """
 from __future__ import annotations

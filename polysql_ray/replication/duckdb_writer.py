@@ -1,6 +1,6 @@
 """DuckDB target writer: an exact copy in one ``.duckdb`` file.
 
-Procedure (evaluation-notes.md section 3):
+Procedure (README "Replication"):
 
 1. Load every table's Arrow batches from the reader into an in-memory *staging* catalog
    (``ATTACH ':memory:' AS polysql_staging``), no constraints: fast bulk load via Arrow.

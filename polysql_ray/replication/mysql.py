@@ -3,7 +3,7 @@
 Layout: database ``pq_<dataset>_<db_id>`` (``servers.replica_name``), InnoDB tables, charset
 ``utf8mb4`` with the *server's default collation* (MariaDB 10.11: ``utf8mb4_general_ci``):
 case-/accent-insensitive comparison is MySQL semantics that predictions must face
-(evaluation-notes.md section 5), so it is kept, not hidden. A key whose values collide under
+(README "Comparison policy in brief"), so it is kept, not hidden. A key whose values collide under
 that collation cannot be carried and is recorded as dropped.
 
 Type map (``typemap.TARGET_TYPES["mysql"]`` refined here, as data in :data:`KEY_TEXT_MAX_CHARS`):

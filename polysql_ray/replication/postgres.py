@@ -11,7 +11,7 @@ MySQL columns) and that is a regular, non-reserved identifier is stored folded t
 so ``SELECT name FROM singer`` and ``SELECT Name FROM Singer`` both resolve, as they do on the
 source. Other names keep their exact spelling (quoted).
 
-Procedure (evaluation-notes.md section 3), in ONE transaction as the admin role (DDL is
+Procedure (README "Replication"), in ONE transaction as the admin role (DDL is
 transactional in PostgreSQL, so a failure leaves nothing behind):
 
 1. ``DROP SCHEMA IF EXISTS ... CASCADE``; ``CREATE SCHEMA``; ``CREATE TABLE`` per table with

@@ -1,4 +1,4 @@
-"""The explicit type map used by replication, as data (evaluation-notes.md section 3).
+"""The explicit type map used by replication, as data (README "Replication").
 
 Two steps:
 

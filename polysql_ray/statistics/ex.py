@@ -3,7 +3,7 @@
 EX of a cell = correct / n, where n counts the cell's questions minus the excluded ones
 (gold errors and unavailable engines, see :mod:`polysql_ray.statistics.load`). Timeouts stay
 in n (they are the prediction's fault under the sandbox limits) and are reported separately,
-together with an EX that excludes them (evaluation-notes.md section 4).
+together with an EX that excludes them (README "Untrusted SQL").
 
 Confidence intervals: Wilson score interval by default (``statsmodels.stats.proportion.
 proportion_confint(method="wilson")``), which behaves well near 0 and 1 and for small n;

@@ -22,7 +22,7 @@ Counting policy (:class:`CountingPolicy`): a gold error (``verdict == "gold_erro
 model's fault, and neither is an unavailable target engine (``reason == "pred_unavailable"``):
 such rows are *excluded* from the EX denominator and reported separately. Timeouts count as
 incorrect in EX and are also reported separately, with an EX that excludes them
-(evaluation-notes.md section 4: "report EX with and without timeouts").
+(README "Untrusted SQL": "report EX with and without timeouts").
 """
 from __future__ import annotations
 
