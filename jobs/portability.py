@@ -35,6 +35,8 @@ _LINE_INFO = re.compile(r"\s*(LINE \d+:.*|at line \d+.*|HINT:.*)$", re.IGNORECAS
 def cause_of(row: dict) -> str:
     """One short, groupable cause for a gold that did not port (``row``: a score row dict)."""
     if row["pred_status"] == "ok":
+        if row.get("verdict") == "inconclusive":  # e.g. a nondeterministic gold (README: flags)
+            return f"runs, inconclusive ({row.get('flags') or row['reason']})"
         return f"runs, different result ({row['reason']})"
     msg = (row.get("pred_error") or "").strip().splitlines()
     first = msg[0] if msg else ""
@@ -82,7 +84,7 @@ def load_rows(results_dir: str | Path) -> list[dict]:
     root = Path(results_dir) / "scores"
     if not root.exists():
         raise FileNotFoundError(f"no scores under {root}: run the job (or a sweep) first")
-    cols = ["key", "model", "dialect", "verdict", "correct", "reason", "pred_status", "pred_error",
+    cols = ["key", "model", "dialect", "verdict", "correct", "reason", "pred_status", "pred_error", "flags",
             "scored_at"]
     t = ds.dataset(str(root), format="parquet").to_table(columns=cols).sort_by("scored_at")
     latest = {r["key"]: r for r in t.to_pylist()}
