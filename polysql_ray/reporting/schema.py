@@ -51,6 +51,10 @@ FIELDS = {
     "rank_best": "best rank the CIs allow", "rank_worst": "worst rank the CIs allow",
     "tied_with": "comma-separated models whose CIs overlap", "family": "error family",
     "share": "fraction of the group's failures", "count": "rows",
+    "inconclusive": "verdicts the data cannot decide (counted in n, never correct)",
+    "n_unflagged": "questions in n whose row carries no ambiguity flag",
+    "correct_unflagged": "passing predictions among n_unflagged",
+    "ex_unflagged": "EX over the unflagged questions, fraction in [0, 1]",
 }
 
 

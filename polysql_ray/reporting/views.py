@@ -208,11 +208,15 @@ def cells_view(st: Statistics) -> View:
             Column("95% CI", "ci", "ci"), Column("Gold errors", "gold_errors", "int"),
             Column("Unavailable", "unavailable", "int"), Column("Timeouts", "timeouts", "int"),
             Column("EX % w/o timeouts", "ex_no_timeout", "pct"),
+            Column("Inconclusive", "inconclusive", "int"),
+            Column("EX % unflagged", "ex_unflagged", "pct"),
             Column(f"Drop vs {st.config.baseline} (pts)", "drop_points", "pts"),
             Column("Relative drop %", "drop_relative", "pct"))
     return View("cells", "Execution accuracy per cell",
                 "n excludes gold errors (not the model's fault) and unavailable engines; "
-                "timeouts count as wrong in EX and are excluded in the last EX column.",
+                "timeouts count as wrong in EX and are excluded in the 'w/o timeouts' column; "
+                "'EX % unflagged' counts only questions whose row carries no ambiguity flag "
+                "(README: flags), beside EX over all.",
                 cols, tuple(rows))
 
 
@@ -380,4 +384,4 @@ def cells_csv_columns() -> Sequence[str]:
     return ("model", "dataset", "instruction_level", "dialect", "n_total", "gold_errors",
             "unavailable", "n", "correct", "ex", "ex_lo", "ex_hi", "timeouts", "inconclusive",
             "n_no_timeout", "ex_no_timeout", "ex_no_timeout_lo", "ex_no_timeout_hi",
-            "drop_points", "drop_relative")
+            "n_unflagged", "correct_unflagged", "ex_unflagged", "drop_points", "drop_relative")
