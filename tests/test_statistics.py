@@ -325,3 +325,27 @@ def test_run_ex_table_and_statistics_count_alike(tmp_path):
     assert (run_row["timeouts"], run_row["exec_errors"], run_row["proven"]) == (1, 1, 1)
     assert run_ex_table(tmp_path, cell_keys=[]).num_rows == 0
     assert run_ex_table(tmp_path / "nowhere").num_rows == 0
+
+
+def test_ex_unflagged_leaves_out_exactly_the_flagged_questions(tmp_path):
+    """EX over all vs EX over questions without an ambiguity flag, in the statistics and the
+    run's table alike; a flag that is not an ambiguity flag (extra_pred_columns_used) does not
+    remove a question, and an ambiguity flag among several does."""
+    from polysql_ray.pipeline.summary import ex_table as run_ex_table
+
+    write_store(tmp_path, [
+        score_row("m", "d", "mysql", "l", "q0", "pass"),
+        score_row("m", "d", "mysql", "l", "q1", "pass", flags="columns_reordered,collation"),
+        score_row("m", "d", "mysql", "l", "q2", "values", flags="duplicates"),
+        score_row("m", "d", "mysql", "l", "q3", "values", flags="extra_pred_columns_used"),
+        score_row("m", "d", "mysql", "l", "q4", "gold_error", flags="collation")])
+    con, _ = load_scores(tmp_path, exclude_generators=())
+    (st,) = ex_table(con)
+    assert (st["n"], st["correct"]) == (4, 2)
+    assert (st["n_unflagged"], st["correct_unflagged"]) == (2, 1)
+    assert st["ex_unflagged"] == pytest.approx(0.5)
+    (run_row,) = run_ex_table(tmp_path).to_pylist()
+    assert run_row["ex"] == pytest.approx(50.0) and run_row["ex_unflagged"] == pytest.approx(50.0)
+    write_store(tmp_path, [score_row("m", "d", "mysql", "l", "q5", "pass", flags="null_order")], "part-1")
+    (run_row,) = run_ex_table(tmp_path).to_pylist()
+    assert run_row["ex"] == pytest.approx(60.0) and run_row["ex_unflagged"] == pytest.approx(50.0)
