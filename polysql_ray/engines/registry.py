@@ -24,6 +24,8 @@ class EngineSpec:
         settings: default constructor keyword arguments.
         takes_mapping: the class takes one settings mapping (server engines: host, port,
             user, password_env ...) instead of keyword arguments.
+        semantic: names of settings that change results (e.g. ClickHouse ``join_use_nulls``);
+            their values enter every cell key scored on the engine (:func:`engine_fingerprint`).
     """
 
     cls: str
@@ -31,6 +33,7 @@ class EngineSpec:
     embedded: bool
     settings: dict = field(default_factory=dict)
     takes_mapping: bool = False
+    semantic: tuple[str, ...] = ()
 
 
 #: Engine name -> spec.
@@ -41,6 +44,9 @@ ENGINES: dict[str, EngineSpec] = {
                          {"threads": 1, "memory_limit": "2GB"}),
     "postgres": EngineSpec("polysql_ray.engines.postgres:PostgresEngine", "postgres", False, takes_mapping=True),
     "mysql": EngineSpec("polysql_ray.engines.mysql:MySQLEngine", "mysql", False, takes_mapping=True),
+    "clickhouse": EngineSpec("polysql_ray.engines.clickhouse:ClickHouseEngine", "clickhouse", True,
+                             {"join_use_nulls": 1, "max_memory_usage": 2_000_000_000, "max_threads": 1},
+                             semantic=("join_use_nulls",)),
 }
 
 
@@ -55,6 +61,16 @@ def engine_spec(name: str) -> EngineSpec:
 def default_dialect(name: str) -> str:
     """sqlglot dialect name of engine ``name``."""
     return engine_spec(name).dialect
+
+
+def engine_fingerprint(name: str, settings: dict | None = None) -> str:
+    """``name:k=v,...`` over the engine's result-changing settings (defaults overridden by
+    ``settings``); "" for engines that declare none (their cell keys stay as they were)."""
+    spec = engine_spec(name)
+    merged = {**spec.settings, **(settings or {})}
+    if not spec.semantic:
+        return ""
+    return f"{name}:" + ",".join(f"{k}={merged.get(k)}" for k in spec.semantic)
 
 
 def make_engine(name: str, **settings) -> Engine:
