@@ -47,6 +47,7 @@ ENGINES: dict[str, EngineSpec] = {
     "clickhouse": EngineSpec("polysql_ray.engines.clickhouse:ClickHouseEngine", "clickhouse", True,
                              {"join_use_nulls": 1, "max_memory_usage": 2_000_000_000, "max_threads": 1},
                              semantic=("join_use_nulls",)),
+    "snowflake": EngineSpec("polysql_ray.engines.snowflake:SnowflakeEngine", "snowflake", False, takes_mapping=True),
 }
 
 

@@ -62,6 +62,7 @@ WRITERS: dict[str, str] = {
     "mysql": "polysql_ray.replication.mysql:MySQLWriter",
     "sqlite": "polysql_ray.replication.sqlite_writer:SqliteWriter",
     "clickhouse": "polysql_ray.replication.clickhouse_writer:ClickHouseWriter",
+    "snowflake": "polysql_ray.replication.snowflake_writer:SnowflakeWriter",
 }
 
 
