@@ -80,6 +80,7 @@ def test_folded_names_resolve_unquoted(engine, replica):
     ("SELEC 1", S.SYNTAX),
     ("SELECT nosuch FROM child", S.SCHEMA),
     ("SELECT * FROM nosuch", S.SCHEMA),
+    ("SELECT cid, score FROM child GROUP BY cid", S.SYNTAX),       # GROUP BY strictness
     ("", S.EMPTY),
 ])
 def test_sandbox_and_errors(engine, replica, sql, status):

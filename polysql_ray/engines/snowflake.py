@@ -92,8 +92,21 @@ DENIED_FUNCTIONS: frozenset[str] = frozenset({
 })
 
 
-def classify_error(errno: int | None, sqlstate: str | None) -> ExecStatus:
-    """Status of a Snowflake error: error number first, then SQLSTATE prefix, else RUNTIME."""
+#: (message regex, status) checked first: causes one error number covers. Snowflake reports
+#: GROUP BY strictness as 979, fakesnow (DuckDB binder) as 2043 with this message.
+MESSAGE_STATUS: tuple[tuple[str, ExecStatus], ...] = (
+    (r"must appear in the GROUP BY|not a valid group by expression", S.SYNTAX),
+)
+
+
+def classify_error(errno: int | None, sqlstate: str | None, message: str = "") -> ExecStatus:
+    """Status of a Snowflake error: :data:`MESSAGE_STATUS`, then the error number, then the
+    SQLSTATE prefix, else RUNTIME."""
+    import re
+
+    for pattern, status in MESSAGE_STATUS:
+        if re.search(pattern, message or "", flags=re.IGNORECASE):
+            return status
     if errno in ERRNO_STATUS:
         return ERRNO_STATUS[errno]
     return classify(sqlstate, {}, SQLSTATE_STATUS, S.RUNTIME)
@@ -185,9 +198,9 @@ class SnowflakeEngine:
                             return ExecutionResult.failure(
                                 S.TIMEOUT, f"client gave up after {sw.now():.1f}s (the server did not "
                                 f"enforce STATEMENT_TIMEOUT_IN_SECONDS={limits.timeout_s:g}): {e}", sw.now())
-                        return ExecutionResult.failure(classify_error(e.errno, e.sqlstate), str(e), sw.now())
+                        return ExecutionResult.failure(classify_error(e.errno, e.sqlstate, str(e)), str(e), sw.now())
                     except sfe.Error as e:
-                        return ExecutionResult.failure(classify_error(e.errno, e.sqlstate),
+                        return ExecutionResult.failure(classify_error(e.errno, e.sqlstate, str(e)),
                                                        f"[{e.errno}] {e}", sw.now())
                     if len(rows) > limits.row_cap:
                         return ExecutionResult.failure(S.TOO_LARGE, f"more than {limits.row_cap} rows",
