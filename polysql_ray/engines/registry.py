@@ -48,6 +48,7 @@ ENGINES: dict[str, EngineSpec] = {
                              {"join_use_nulls": 1, "max_memory_usage": 2_000_000_000, "max_threads": 1},
                              semantic=("join_use_nulls",)),
     "snowflake": EngineSpec("polysql_ray.engines.snowflake:SnowflakeEngine", "snowflake", False, takes_mapping=True),
+    "bigquery": EngineSpec("polysql_ray.engines.bigquery:BigQueryEngine", "bigquery", False, takes_mapping=True),
 }
 
 

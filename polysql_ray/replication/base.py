@@ -63,6 +63,7 @@ WRITERS: dict[str, str] = {
     "sqlite": "polysql_ray.replication.sqlite_writer:SqliteWriter",
     "clickhouse": "polysql_ray.replication.clickhouse_writer:ClickHouseWriter",
     "snowflake": "polysql_ray.replication.snowflake_writer:SnowflakeWriter",
+    "bigquery": "polysql_ray.replication.bigquery_writer:BigQueryWriter",
 }
 
 

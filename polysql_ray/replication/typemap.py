@@ -120,6 +120,9 @@ TARGET_TYPES: dict[str, dict[str, str]] = {
     # Snowflake FLOAT is an 8-byte double; NUMBER(38,0) is Snowflake's integer.
     "snowflake": {"BIGINT": "NUMBER(38,0)", "DOUBLE": "FLOAT", "VARCHAR": "VARCHAR", "BLOB": "BINARY",
                   "DECIMAL": "NUMBER", "BOOLEAN": "BOOLEAN", "DATE": "DATE", "TIMESTAMP": "TIMESTAMP_NTZ"},
+    # BigQuery: a time zone-less TIMESTAMP is a DATETIME.
+    "bigquery": {"BIGINT": "INT64", "DOUBLE": "FLOAT64", "VARCHAR": "STRING", "BLOB": "BYTES",
+                 "DECIMAL": "NUMERIC", "BOOLEAN": "BOOL", "DATE": "DATE", "TIMESTAMP": "DATETIME"},
 }
 
 
