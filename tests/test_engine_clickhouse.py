@@ -203,3 +203,24 @@ def test_spider_dbs_replicate_and_verify(tmp_path):
         rep = replicate(SourceDatabase("spider", db, "sqlite", str(SPIDER_DB / db / f"{db}.sqlite")),
                         "clickhouse", tmp_path)
         assert rep.manifest.checksums
+
+
+def test_clickhouse_types_compare_under_the_shared_policy(engine, replica):
+    """Decimal, Date32, DateTime64 (UTC), UInt64 counts and Nullable from ClickHouse meet the
+    values SQLite returns for the same question under the default comparison policy."""
+    import sqlite3
+
+    from polysql_ray.comparison import ComparisonPolicy, analyze_gold, compare
+
+    gold_sql = ("SELECT 3 AS n, 1.5 AS d, '2020-01-02' AS day, '2020-01-02 03:04:05' AS ts, NULL AS x")
+    con = sqlite3.connect(":memory:")
+    row = con.execute(gold_sql).fetchone()
+    gold = pa.table({f"c{i}": pa.array([v]) for i, v in enumerate(row)})
+    r = run(engine, replica, "SELECT count() AS n, toDecimal64(1.5, 3) AS d, toDate32('2020-01-02') AS day, "
+                             "toDateTime64('2020-01-02 03:04:05', 6) AS ts, CAST(NULL AS Nullable(Int64)) AS x "
+                             "FROM (SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3)")
+    assert r.ok, r.error
+    assert str(r.table.schema.field("n").type) == "uint64"
+    assert pa.types.is_decimal(r.table.schema.field("d").type)
+    res = compare(gold, r.table, analyze_gold(gold_sql, "sqlite"), ComparisonPolicy())
+    assert res.match, res
