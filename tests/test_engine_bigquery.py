@@ -98,6 +98,7 @@ def test_byte_limit_refused_by_dry_run(settings, replica, monkeypatch):
     ("SELECT nosuch FROM child", S.SCHEMA),
     ("SELECT * FROM nosuch", S.SCHEMA),
     ("SELECT cid, score FROM child GROUP BY cid", S.SYNTAX),
+    ("SELECT avg(note) FROM child", S.SYNTAX),                      # no matching signature
     ("SELECT 1/0", S.RUNTIME),
     ("", S.EMPTY),
 ])

@@ -61,7 +61,8 @@ REASON_STATUS: dict[str, ExecStatus] = {
 MESSAGE_STATUS: tuple[tuple[str, ExecStatus], ...] = (
     (r"Not found: Dataset", S.UNAVAILABLE),
     (r"Syntax error|Unexpected keyword|Unexpected identifier|Parser Error", S.SYNTAX),
-    (r"Function not found|No matching signature|neither grouped nor aggregated"
+    (r"No matching signature for operator|Cannot compare values", S.RUNTIME),
+    (r"Function not found|No matching signature|No function matches|neither grouped nor aggregated"
      r"|must appear in the GROUP BY|Scalar Function with name .* does not exist", S.SYNTAX),
     (r"Unrecognized name|Name .* not found inside|not found in FROM clause|Not found: Table"
      r"|Column name .* is ambiguous|Ambiguous reference|Table with name .* does not exist", S.SCHEMA),

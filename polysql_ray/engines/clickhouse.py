@@ -86,6 +86,8 @@ ERROR_CODES: dict[int, ExecStatus] = {
     46: S.SYNTAX,      # UNKNOWN_FUNCTION (the dialect lacks it)
     42: S.SYNTAX,      # NUMBER_OF_ARGUMENTS_DOESNT_MATCH
     1: S.SYNTAX,       # UNSUPPORTED_METHOD
+    43: S.SYNTAX,      # ILLEGAL_TYPE_OF_ARGUMENT: no overload for these argument types (as
+                       # PostgreSQL 42883 and DuckDB "No function matches": the dialect refuses)
     215: S.SYNTAX,     # NOT_AN_AGGREGATE (GROUP BY strictness)
     184: S.SYNTAX,     # ILLEGAL_AGGREGATION
     403: S.SYNTAX,     # INVALID_JOIN_ON_EXPRESSION
@@ -110,7 +112,8 @@ ERROR_CODES: dict[int, ExecStatus] = {
     76: S.UNAVAILABLE,  # CANNOT_OPEN_FILE (data path locked by another process)
 }
 
-#: Everything else is a runtime error (type errors 43/53/386, parse of values 6/27/38/41/72,
+#: Everything else is a runtime error (comparison type errors 53/386 as DuckDB's "Cannot
+#: compare", parse of values 6/27/38/41/72,
 #: division 153, memory limit 241, scalar subquery 125 ...).
 DEFAULT_STATUS = S.RUNTIME
 
