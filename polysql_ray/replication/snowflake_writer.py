@@ -2,7 +2,7 @@
 
 As the admin role: ``CREATE DATABASE IF NOT EXISTS``, ``CREATE OR REPLACE SCHEMA``, one
 ``CREATE TABLE`` per table with the types of ``typemap.TARGET_TYPES["snowflake"]`` (NUMBER(38,0),
-FLOAT - Snowflake FLOAT is an 8-byte double -, VARCHAR, BINARY, NUMBER(p,s), BOOLEAN, DATE,
+DOUBLE - 8 bytes in Snowflake -, VARCHAR, BINARY, NUMBER(p,s), BOOLEAN, DATE,
 TIMESTAMP_NTZ) and names chosen by ``engines.identifiers.replica_name_for`` (folded to upper
 case where the source resolves names case-insensitively, so unquoted references in any case
 resolve; always written quoted in DDL). NOT NULL is declared where the source declares it and

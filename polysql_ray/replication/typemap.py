@@ -117,8 +117,8 @@ TARGET_TYPES: dict[str, dict[str, str]] = {
     "clickhouse": {"BIGINT": "Int64", "DOUBLE": "Float64", "VARCHAR": "String", "BLOB": "String",
                    "DECIMAL": "Decimal", "BOOLEAN": "Bool", "DATE": "Date32",
                    "TIMESTAMP": "DateTime64(6)"},
-    # Snowflake FLOAT is an 8-byte double; NUMBER(38,0) is Snowflake's integer.
-    "snowflake": {"BIGINT": "NUMBER(38,0)", "DOUBLE": "FLOAT", "VARCHAR": "VARCHAR", "BLOB": "BINARY",
+    # Snowflake DOUBLE (= FLOAT) is an 8-byte double; NUMBER(38,0) is Snowflake's integer.
+    "snowflake": {"BIGINT": "NUMBER(38,0)", "DOUBLE": "DOUBLE", "VARCHAR": "VARCHAR", "BLOB": "BINARY",
                   "DECIMAL": "NUMBER", "BOOLEAN": "BOOLEAN", "DATE": "DATE", "TIMESTAMP": "TIMESTAMP_NTZ"},
     # BigQuery: a time zone-less TIMESTAMP is a DATETIME.
     "bigquery": {"BIGINT": "INT64", "DOUBLE": "FLOAT64", "VARCHAR": "STRING", "BLOB": "BYTES",
