@@ -133,6 +133,8 @@ class ClickHouseWriter(FileTargetWriter):
                 out[t.name] = acc.result()
         except Exception as e:
             raise ReplicationError(f"checksumming ClickHouse replica {location}: {e}") from e
+        finally:
+            ch.drop_loaded(db)  # the replicating process keeps nothing; actors load their own
         return out
 
     def fingerprint(self, location: str) -> str:
