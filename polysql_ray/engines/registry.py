@@ -11,6 +11,7 @@ import importlib
 from dataclasses import dataclass, field
 
 from polysql_ray.engines.base import Engine
+from polysql_ray.engines.identifiers import IDENTIFIER_RULES, IdentifierRules
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class EngineSpec:
         settings: default constructor keyword arguments.
         takes_mapping: the class takes one settings mapping (server engines: host, port,
             user, password_env ...) instead of keyword arguments.
+        identifiers: how the engine resolves identifiers (``engines.identifiers``).
         semantic: names of settings that change results (e.g. ClickHouse ``join_use_nulls``);
             their values enter every cell key scored on the engine (:func:`engine_fingerprint`).
     """
@@ -33,22 +35,27 @@ class EngineSpec:
     embedded: bool
     settings: dict = field(default_factory=dict)
     takes_mapping: bool = False
+    identifiers: IdentifierRules | None = None
     semantic: tuple[str, ...] = ()
 
 
 #: Engine name -> spec.
 ENGINES: dict[str, EngineSpec] = {
     "sqlite": EngineSpec("polysql_ray.engines.sqlite:SqliteEngine", "sqlite", True,
-                         {"progress_steps": 1000}),
+                         {"progress_steps": 1000}, identifiers=IDENTIFIER_RULES["sqlite"]),
     "duckdb": EngineSpec("polysql_ray.engines.duckdb:DuckDBEngine", "duckdb", True,
-                         {"threads": 1, "memory_limit": "2GB"}),
-    "postgres": EngineSpec("polysql_ray.engines.postgres:PostgresEngine", "postgres", False, takes_mapping=True),
-    "mysql": EngineSpec("polysql_ray.engines.mysql:MySQLEngine", "mysql", False, takes_mapping=True),
+                         {"threads": 1, "memory_limit": "2GB"}, identifiers=IDENTIFIER_RULES["duckdb"]),
+    "postgres": EngineSpec("polysql_ray.engines.postgres:PostgresEngine", "postgres", False, takes_mapping=True,
+                           identifiers=IDENTIFIER_RULES["postgres"]),
+    "mysql": EngineSpec("polysql_ray.engines.mysql:MySQLEngine", "mysql", False, takes_mapping=True,
+                        identifiers=IDENTIFIER_RULES["mysql"]),
     "clickhouse": EngineSpec("polysql_ray.engines.clickhouse:ClickHouseEngine", "clickhouse", True,
                              {"join_use_nulls": 1, "max_memory_usage": 2_000_000_000, "max_threads": 1},
-                             semantic=("join_use_nulls",)),
-    "snowflake": EngineSpec("polysql_ray.engines.snowflake:SnowflakeEngine", "snowflake", False, takes_mapping=True),
-    "bigquery": EngineSpec("polysql_ray.engines.bigquery:BigQueryEngine", "bigquery", False, takes_mapping=True),
+                             identifiers=IDENTIFIER_RULES["clickhouse"], semantic=("join_use_nulls",)),
+    "snowflake": EngineSpec("polysql_ray.engines.snowflake:SnowflakeEngine", "snowflake", False, takes_mapping=True,
+                            identifiers=IDENTIFIER_RULES["snowflake"]),
+    "bigquery": EngineSpec("polysql_ray.engines.bigquery:BigQueryEngine", "bigquery", False, takes_mapping=True,
+                           identifiers=IDENTIFIER_RULES["bigquery"]),
 }
 
 
