@@ -225,3 +225,15 @@ def test_clickhouse_types_compare_under_the_shared_policy(engine, replica):
     assert pa.types.is_decimal(r.table.schema.field("d").type)
     res = compare(gold, r.table, analyze_gold(gold_sql, "sqlite"), ComparisonPolicy())
     assert res.match, res
+
+
+def test_orphaned_data_paths_are_removed(tmp_path):
+    """A data path whose process died (no exit hook ran) is deleted; a live one is kept."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    orphan = tmp_path / f"polysql-chdb-{dead}-abc"
+    live = tmp_path / f"polysql-chdb-{os.getpid()}-def"
+    orphan.mkdir()
+    live.mkdir()
+    assert ch.remove_orphaned_paths(str(tmp_path)) == [str(orphan)]
+    assert not orphan.exists() and live.exists()

@@ -184,10 +184,28 @@ def process_data_path(root: str | None = None) -> str:
     """
     with _PROCESS_LOCK:
         if _PROCESS["path"] is None:
+            remove_orphaned_paths(root)
             path = tempfile.mkdtemp(prefix=f"polysql-chdb-{os.getpid()}-", dir=root)
             _PROCESS["path"] = path
             atexit.register(shutil.rmtree, path, True)
         return str(_PROCESS["path"])
+
+
+def remove_orphaned_paths(root: str | None = None) -> list[str]:
+    """Delete ``polysql-chdb-<pid>-*`` data paths under ``root`` whose process is gone (a Ray
+    worker killed at shutdown never runs its exit hook). Assumes ``root`` is not shared with
+    processes in another PID namespace. Returns the paths removed."""
+    removed = []
+    for p in Path(root or tempfile.gettempdir()).glob("polysql-chdb-*-*"):
+        try:
+            pid = int(p.name.split("-")[2])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(str(p))
+        except (ValueError, IndexError, PermissionError):
+            continue  # not ours to judge / process alive under another user
+    return removed
 
 
 def _loader():
