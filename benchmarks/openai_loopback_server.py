@@ -6,7 +6,9 @@ model output: for each request it reads the ``CREATE TABLE`` statements of the s
 user message, picks the first table whose name occurs in the question (else the first table),
 and answers ``SELECT count(*) FROM <that table>`` with the table identifier copied verbatim
 from the prompt's DDL (so quoting follows the prompt's dialect), inside a fenced ```sql block.
-Same prompt, same answer. Its EX figure measures nothing about text-to-SQL.
+Same prompt, same answer. Its EX figure measures nothing about text-to-SQL. Judge prompts
+(``python -m jobs.judge``) get ``LABEL: <class>`` from a fixed table keyed by the prompt's
+evaluation outcome (:func:`answer_judge`).
 
 Protocol: the subset of the OpenAI "Create chat completion" API the generator uses —
 ``POST /v1/chat/completions`` with ``model`` and ``messages``; the reply carries
@@ -39,6 +41,25 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 _CREATE = re.compile(r'CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?("(?:[^"]|"")+"|`[^`]+`|\[[^\]]+\]|[A-Za-z_][\w$]*)',
                      re.IGNORECASE)
 _QUESTION = re.compile(r"^Question:\s*(.*)$", re.MULTILINE)
+
+
+#: Judge prompts (polysql_ray.statistics.taxonomy.build_judge_prompt) carry this line.
+_JUDGE_MARK = "Classify the error."
+_OUTCOME = re.compile(r"^Evaluation outcome:\s*([A-Za-z_]+)", re.MULTILINE)
+#: Stand-in judge: the stored reason code -> the label it answers (a fixed table, not a model).
+JUDGE_TABLE = {"pred_schema": "schema_linking_error", "pred_syntax": "dialect_error",
+               "values": "filtering_error", "row_count": "aggregation_error",
+               "column_count": "schema_linking_error", "order": "invalid_evaluation",
+               "pred_runtime": "dialect_error"}
+
+
+def answer_judge(user_message: str) -> str:
+    """The stand-in answer to a judge prompt: some prose, then ``LABEL: <class>`` chosen by
+    :data:`JUDGE_TABLE` from the prompt's ``Evaluation outcome`` (``invalid_evaluation``
+    otherwise). Deterministic; it exercises the judge job's plumbing, not judgement."""
+    m = _OUTCOME.search(user_message)
+    label = JUDGE_TABLE.get(m.group(1) if m else "", "invalid_evaluation")
+    return f"The prediction differs from the gold.\n**LABEL:** {label}"
 
 
 def answer_sql(user_message: str) -> str:
@@ -105,7 +126,8 @@ class LoopbackServer:
                 except (ValueError, KeyError, IndexError, TypeError) as e:
                     self._send(400, {"error": {"message": f"bad request: {e}"}})
                     return
-                content = f"```sql\n{answer_sql(user)};\n```"
+                content = (answer_judge(user) if _JUDGE_MARK in user
+                           else f"```sql\n{answer_sql(user)};\n```")
                 n_prompt = sum(len(str(m.get("content", "")).split()) for m in body["messages"])
                 n_completion = len(content.split())
                 self._send(200, {

@@ -2,32 +2,34 @@
 
 Usage::
 
-    python -m jobs.fidelity prepare results_dir=DIR [shared=../shared]   # direction A predictions
+    python -m jobs.fidelity step=prepare results_dir=DIR [shared=../shared]   # direction A predictions
     python -m polysql_ray +sweep=fidelity_a results_dir=DIR
     python -m polysql_ray +sweep=fidelity_b results_dir=DIR
-    python -m jobs.fidelity report results_dir=DIR [shared=...]          # DIR/fidelity/report.{md,json}
+    python -m jobs.fidelity step=report results_dir=DIR [shared=...]          # DIR/fidelity/report.{md,json}
 """
 from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
+from polysql_ray.jobs_cli import REQUIRED, UsageError, parse_overrides, run_job
 from polysql_ray.statistics import fidelity
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run ``prepare`` or ``report``; returns the exit code."""
-    args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] not in ("prepare", "report"):
-        print(__doc__, file=sys.stderr)
-        return 2
-    kv = dict(a.split("=", 1) for a in args[1:])
-    rdir = Path(kv["results_dir"])
-    shared = Path(kv.get("shared") or os.environ.get("POLYSQL_SHARED")
-                  or Path(__file__).resolve().parents[1] / ".." / "shared")
-    if args[0] == "prepare":
+PROG = "jobs.fidelity"
+KEYS = {"step": REQUIRED, "results_dir": REQUIRED, "shared": None}
+
+
+def main(argv: list[str]) -> int:
+    """Run ``step=prepare`` or ``step=report``; returns the exit code."""
+    kv = parse_overrides(argv, KEYS, PROG)
+    if kv["step"] not in ("prepare", "report"):
+        raise UsageError(f"step={kv['step']!r}: expected step=prepare or step=report")
+    rdir = Path(str(kv["results_dir"]))
+    shared = Path(str(kv["shared"] or os.environ.get("POLYSQL_SHARED")
+                      or Path(__file__).resolve().parents[1] / ".." / "shared"))
+    if kv["step"] == "prepare":
         n = fidelity.write_predictions(shared / "data" / "spiderman", shared / "data" / "spider" / "dev.json",
                                        rdir / "fidelity" / "spiderman_mysql_gold.jsonl")
         print(f"wrote {n} predictions to {rdir / 'fidelity' / 'spiderman_mysql_gold.jsonl'}")
@@ -41,4 +43,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_job(PROG, main))

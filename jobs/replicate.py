@@ -1,21 +1,21 @@
 """Replication job: make verified copies of source databases in a target engine.
 
-CLI::
+Usage (Hydra overrides, as every job)::
 
-    python -m jobs.replicate --source-dir ../shared/data/spider/database --dataset spider \
-        --target duckdb --out replicas/
+    python -m jobs.replicate source_dir=../shared/data/spider/database [dataset=spider] \
+        [target=duckdb] [out=replicas] [force=false] [types=declared|storage] \
+        ['db_ids=[concert_singer,pets_1]']
 
-(``key=value`` arguments such as ``source_dir=... target=duckdb out=...`` are accepted too.)
-Prints one line per database (reused / built, seconds, dropped constraints) and exits 1 if
-any copy failed. The pipeline calls :func:`ensure_replicas` directly.
+Prints one line per database (reused / built, seconds, dropped constraints, tables whose
+certificate verified), then the per-column type decisions (columns per type, every column whose
+declared type was not kept, with its count and examples), and exits 1 if any copy failed. The pipeline calls :func:`ensure_replicas` directly.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 from polysql_ray.datasets.example import SourceDatabase
+from polysql_ray.jobs_cli import REQUIRED, parse_overrides, run_job
 from polysql_ray.replication.base import Replica, ReplicationError, replicate
 
 
@@ -59,35 +59,69 @@ def _sources_from_dir(source_dir: Path, dataset: str) -> list[SourceDatabase]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry; returns the process exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    argv = [f"--{a.split('=', 1)[0].replace('_', '-')}={a.split('=', 1)[1]}"
-            if "=" in a and not a.startswith("-") else a for a in argv]
-    ap = argparse.ArgumentParser(prog="python -m jobs.replicate", description=__doc__.split("\n")[0])
-    ap.add_argument("--source-dir", required=True, help="folder of <db_id>/<db_id>.sqlite")
-    ap.add_argument("--dataset", default="spider")
-    ap.add_argument("--target", default="duckdb")
-    ap.add_argument("--out", default="replicas")
-    ap.add_argument("--force", action="store_true", help="rebuild even when the manifest matches")
-    args = ap.parse_args(argv)
+PROG = "jobs.replicate"
+KEYS = {"source_dir": REQUIRED, "dataset": "spider", "target": "duckdb", "out": "replicas",
+        "force": False, "types": "declared", "db_ids": ""}
+
+
+def main(argv: list[str]) -> int:
+    """Replicate every database of ``source_dir`` (or the comma-separated ``db_ids``) and print
+    the per-column type decisions; returns the exit code (1 if a copy failed)."""
+    kv = parse_overrides(argv, KEYS, PROG)
+    source_dir = Path(str(kv["source_dir"]))
+    if not source_dir.is_dir():
+        raise NotADirectoryError(f"source_dir={source_dir} is not a folder "
+                                 f"(expected <source_dir>/<db_id>/<db_id>.sqlite)")
+    if str(kv["types"]) not in ("declared", "storage"):
+        raise ValueError(f"types={kv['types']}: expected types=declared or types=storage")
     failed = 0
-    for s in _sources_from_dir(Path(args.source_dir), args.dataset):
+    manifests = []
+    raw = kv["db_ids"]
+    wanted = {str(d) for d in raw} if isinstance(raw, (list, tuple)) else \
+        {d for d in str(raw or "").split(",") if d}
+    for s in _sources_from_dir(source_dir, str(kv["dataset"])):
+        if wanted and s.db_id not in wanted:
+            continue
         if not s.exists:
             print(f"{s.db_id}: source missing ({s.location})")
             continue
         try:
-            r = replicate(s, args.target, Path(args.out), force=args.force)
+            r = replicate(s, str(kv["target"]), Path(str(kv["out"])), force=bool(kv["force"]),
+                          types=str(kv["types"]))
         except ReplicationError as e:
             failed += 1
             print(f"{s.db_id}: FAILED {e}")
             continue
         m = r.manifest
+        manifests.append(m)
         print(f"{s.db_id}: {'reused' if r.reused else 'built'} {r.location} "
               f"({m.seconds:.2f}s, {len(m.tables)} tables, "
-              f"{len(m.dropped_constraints)} dropped constraints)")
+              f"{len(m.dropped_constraints)} dropped constraints, certificate verified: "
+              f"{len(m.checksums)} tables)")
+    print(type_report(manifests))
     return 1 if failed else 0
 
 
+def type_report(manifests) -> str:
+    """Per-column type decisions over ``manifests``: columns per logical type (declared length
+    counted apart), renamed names, and every fallback with its count and examples."""
+    import collections
+
+    kinds: collections.Counter = collections.Counter()
+    fallbacks, renamed = [], 0
+    for m in manifests:
+        renamed += len(m.names)
+        for t in m.tables:
+            for c in t.columns:
+                kinds[c.logical_type + ("(n)" if c.length else "")] += 1
+                if c.fallback:
+                    fallbacks.append(f"  {m.db_id}.{t.name}.{c.name}: {c.fallback}")
+    lines = [f"type decisions over {len(manifests)} databases: "
+             + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())),
+             f"name notes (folded or kept quoted): {renamed}",
+             f"columns whose declared type was not kept as declared: {len(fallbacks)}", *fallbacks]
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_job(PROG, main))

@@ -14,9 +14,9 @@ import os
 import sys
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from polysql_ray.config import CONF_DIR, make_conf_loader, to_plain
+from polysql_ray.config import CONF_DIR, make_conf_loader, redacted_yaml, to_plain
 
 
 def _run(cfg: DictConfig) -> int:
@@ -27,7 +27,7 @@ def _run(cfg: DictConfig) -> int:
 
     console = Console() if sys.stdout.isatty() else Console(width=200)
     plain = to_plain(cfg)
-    stats, table = run(plain, make_conf_loader(plain), OmegaConf.to_yaml(cfg), console=Console(stderr=True))
+    stats, table = run(plain, make_conf_loader(plain), redacted_yaml(cfg), console=Console(stderr=True))
     name = (plain.get("sweep") or {}).get("name") or "single"
     render(table, console, title=f"Execution accuracy (EX, %) — {name}")
     root = os.path.abspath(plain["results_dir"])
@@ -48,13 +48,24 @@ def _run(cfg: DictConfig) -> int:
         console.print(f"structural proofs: {stats.proven} predictions proven equivalent "
                       f"({'not executed' if plain['pipeline'].get('structural_check') == 'prove' else 'executed too'})")
     console.print(f"store: {root}/scores/**/*.parquet  EX table: {csv_path}  run: {root}/runs/{stats.run_id}")
+    if stats.crashed or stats.actor_failures:
+        console.print(f"execution actors: {stats.actor_failures} batches resubmitted after an actor "
+                      f"died; {stats.crashed} statements isolated for killing their engine process")
+    code = 0
     if stats.errors:
         for line in stats.errors:
             print(f"polysql_ray: error: {line}", file=sys.stderr)
         print("polysql_ray: the work that needed these copies was not scored; fix the cause and rerun "
               "(everything scored above is kept)", file=sys.stderr)
-        return 2
-    return 0
+        code = 2
+    if stats.unavailable:
+        left = ", ".join(f"{n} on {e} ({stats.unavailable_examples.get(e, '')[:160]})"
+                         for e, n in sorted(stats.unavailable.items()))
+        print(f"polysql_ray: error: {sum(stats.unavailable.values())} predictions could not run "
+              f"(infrastructure, not the model): {left}; stored as `unavailable` in "
+              f"{root}/unavailable, excluded from EX; rerun to score them", file=sys.stderr)
+        code = code or 3
+    return code
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")

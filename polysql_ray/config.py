@@ -9,6 +9,7 @@ Resolvers: ``${repo_root:}`` is the project checkout (so ``paths.shared`` defaul
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -53,4 +54,59 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> tuple[dict, object, 
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = _compose(config_name="config", overrides=list(overrides))
-    return to_plain(cfg), make_conf_loader(cfg), OmegaConf.to_yaml(cfg)
+    return to_plain(cfg), make_conf_loader(cfg), redacted_yaml(cfg)
+
+
+#: Config keys whose values are secrets: redacted in every config written to disk.
+SECRET_KEY = re.compile(r"(pass(word|wd)?|secret|token|api_?key|credential)s?$", re.IGNORECASE)
+#: Keys that only *name* where a secret lives (an env var, a file): kept.
+SECRET_LOCATION = re.compile(r"_(env|file)$", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+
+def redact(node):
+    """A copy of a plain config with every secret value replaced by ``<redacted>``: keys
+    matching :data:`SECRET_KEY` (``password``, ``admin_password``, ``api_key``, ``token`` ...)
+    unless they name a location (``password_env``, ``password_file``)."""
+    if isinstance(node, dict):
+        return {k: (REDACTED if (isinstance(k, str) and SECRET_KEY.search(k)
+                                 and not SECRET_LOCATION.search(k) and node[k] not in (None, ""))
+                    else redact(v)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [redact(v) for v in node]
+    return node
+
+
+def redacted_yaml(cfg) -> str:
+    """YAML of ``cfg`` (DictConfig or plain dict) with secrets redacted (:func:`redact`)."""
+    plain = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=False)
+    return OmegaConf.to_yaml(OmegaConf.create(redact(plain)))
+
+
+def validate(cfg: dict) -> None:
+    """Fail before any work with one line naming the key to fix.
+
+    Checks ``limits.*`` (positive, finite) and ``pipeline.structural_check`` (one of the
+    modes). Raises ``ConfigError`` (a ValueError).
+    """
+    from polysql_ray.engines.base import Limits
+    from polysql_ray.pipeline.driver import ConfigError
+    from polysql_ray.pipeline.structural import MODES
+
+    try:
+        Limits(**(cfg.get("limits") or {}))
+    except TypeError as exc:
+        raise ConfigError(f"limits: {exc}; known: timeout_s, row_cap, max_bytes, max_sql_chars") from None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    mode = str((cfg.get("pipeline") or {}).get("structural_check", "prove"))
+    if mode not in MODES:
+        raise ConfigError(f"pipeline.structural_check={mode!r} is not one of {list(MODES)}")
+    for engine, ecfg in (cfg.get("engines") or {}).items():
+        for key in ("password", "admin_password"):
+            if isinstance(ecfg, dict) and key in ecfg:
+                raise ConfigError(f"engines.{engine}.{key} must not hold a password; name where it "
+                                  f"lives instead: engines.{engine}.{key}_env=VAR or {key}_file=PATH")
+    retry = (cfg.get("pipeline") or {}).get("unavailable_retry_s", 120)
+    if not isinstance(retry, (int, float)) or retry < 0:
+        raise ConfigError(f"pipeline.unavailable_retry_s must be >= 0 seconds (got {retry!r})")

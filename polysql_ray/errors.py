@@ -8,7 +8,11 @@ USER_ERRORS = ("ConfigError", "DatasetError", "GeneratorConfigError", "Replicati
 #: How to bring up each server engine on a machine like the CI one (README "Two commands").
 SERVER_START = {
     "postgres": "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
-    "mysql": "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+    # --pidfile: without it start-stop-daemon takes ANY mariadbd (a private instance on another
+    # port) for "already running" and starts nothing. lower_case_table_names=1: table names
+    # resolve case-insensitively, as on the SQLite sources (README "Replication").
+    "mysql": "start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid "
+             "--exec /usr/sbin/mariadbd -- --lower-case-table-names=1",
 }
 
 _UNREACHABLE = ("connection refused", "can't connect", "could not connect", "is the server running",

@@ -11,6 +11,26 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_server_replicas_made_by_tests(tmp_path_factory):
+    """Server replicas are named per results folder (``Manifest.content_tag``), so each test
+    run would leave its own: at the end of the session, drop every copy whose manifest lies
+    under this session's temporary folders (nothing else is touched)."""
+    yield
+    from pathlib import Path
+
+    from polysql_ray.replication.base import Manifest, get_writer
+
+    for mpath in Path(tmp_path_factory.getbasetemp()).rglob("manifest.json"):
+        try:
+            m = Manifest.from_json(mpath.read_text())
+            if m.location and m.target_engine in ("postgres", "mysql"):
+                get_writer(m.target_engine).drop(m.location)
+        except Exception:  # noqa: BLE001 - best-effort cleanup (server may be down)
+            pass

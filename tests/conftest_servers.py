@@ -19,16 +19,16 @@ from pathlib import Path
 
 import pytest
 
+from polysql_ray.errors import SERVER_START
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("POLYSQL_SHARED", REPO.parent / "shared"))
 SPIDER = SHARED / "data" / "spider"
 SPIDERMAN = SHARED / "data" / "spiderman"
 
 SERVERS = {
-    "postgres": ("127.0.0.1", 5432,
-                 "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"),
-    "mysql": ("127.0.0.1", 3306,
-              "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd"),
+    "postgres": ("127.0.0.1", 5432, SERVER_START["postgres"]),
+    "mysql": ("127.0.0.1", 3306, SERVER_START["mysql"]),
 }
 
 

@@ -208,7 +208,7 @@ def test_config_errors(tmp_path):
         load_dataset({"name": "s", "layout": "spider", "root": str(tmp_path / "does-not-exist")})
     with pytest.raises(DatasetError, match=r"has no 'root'"):
         load_dataset({"name": "s", "layout": "spider"})
-    with pytest.raises(DatasetError, match=r"unknown dataset layout 'spyder'; known layouts: bird, jsonl"):
+    with pytest.raises(DatasetError, match=r"unknown dataset layout 'spyder'; known layouts: archer, bird, jsonl"):
         load_dataset({"name": "s", "layout": "spyder", "root": str(tmp_path)})
     with pytest.raises(DatasetError, match=r"has no 'layout'"):
         load_dataset({"name": "s"})

@@ -62,7 +62,7 @@ def engine(settings):
 
 
 def test_replica_verified_and_reused(replica, settings, tmp_path):
-    assert replica.location == "pq_synthetic_syn"
+    assert replica.location.startswith("pq_synthetic_syn_")  # + content tag
     assert replica.manifest.checksums["child"].rows == 3
     again = replicate(make_source(tmp_path / "syn.sqlite"), "bigquery",
                       replica.manifest_path.parents[3], settings=settings)

@@ -46,7 +46,7 @@ def test_replica_verified_and_typed(replica):
     assert set(m.checksums) == {"Parent Table", "child", "orphaned", "loose"}
     assert m.checksums["child"].rows == 3 and m.checksums["loose"].rows == 3
     types = get_writer("clickhouse").column_types(replica.location)
-    assert types[("Parent Table", "Id")] == "Nullable(Int64)"  # no NOT NULL declared
+    assert types[("Parent Table", "Id")] == "Nullable(Int32)"  # declared INTEGER kept; no NOT NULL
     assert types[("Parent Table", "Full Name")] == "String"     # NOT NULL carried
     assert types[("child", "score")] == "Nullable(Float64)"     # REAL is 8 bytes
     assert types[("child", "blobby")] == "Nullable(String)"

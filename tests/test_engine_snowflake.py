@@ -49,7 +49,7 @@ def engine(settings):
 
 
 def test_replica_verified_and_reused(replica, settings, tmp_path):
-    assert replica.location == "PQ_SYNTHETIC_SYN"
+    assert replica.location.startswith("PQ_SYNTHETIC_SYN_")  # + content tag
     assert replica.manifest.checksums["child"].rows == 3
     assert replica.manifest.checksums["loose"].rows == 3
     again = replicate(make_source(tmp_path / "syn.sqlite"), "snowflake",

@@ -231,3 +231,26 @@ def test_one_huge_value_is_too_large(tmp_path):
     assert big.status is ExecStatus.TOO_LARGE and "max_bytes" in big.error
     assert small.status is ExecStatus.OK
     assert Limits(timeout_s=2).fingerprint() != Limits().fingerprint()
+
+
+def test_duckdb_spills_only_into_its_capped_private_temp_folder(tmp_path):
+    """A query that must spill fails when the private temp folder reaches its cap, instead of
+    filling the disk; the engine's settings are locked so the query cannot lift the cap."""
+    import duckdb as _duckdb
+
+    from polysql_ray.engines.base import ExecStatus, Limits
+    from polysql_ray.engines.duckdb import DuckDBEngine
+
+    db = tmp_path / "x.duckdb"
+    _duckdb.connect(str(db)).close()
+    eng = DuckDBEngine(memory_limit="64MB", max_temp_size="16MB")
+    lim = Limits(timeout_s=60)
+    cap = eng.execute(str(db), "SELECT current_setting('max_temp_directory_size'), "
+                               "current_setting('temp_directory')", lim)
+    assert cap.ok and cap.table.column(1)[0].as_py() == eng._temp_dir
+    res = eng.execute(str(db), "SELECT count(*) FROM (SELECT range r, md5(range::VARCHAR) m FROM "
+                               "range(20000000) ORDER BY m) t", lim)
+    assert res.status is ExecStatus.RUNTIME and "max_temp_directory_size" in res.error
+    assert eng.execute(str(db), "SET max_temp_directory_size = '100GB'", lim).status is ExecStatus.REJECTED
+    eng.close()
+    assert not Path(eng._temp_dir).exists()

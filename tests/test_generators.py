@@ -162,6 +162,6 @@ def test_registry_errors_and_pkg_paths(tmp_path):
     with pytest.raises(ReplayError, match=r"nothere\.sql for model 'm' does not exist"):
         make_generator({"name": "m", "generator": "replay", "predictions": str(tmp_path / "nothere.sql")})
     assert {"replay", "gold"} <= set(GENERATORS)
-    gen = make_generator({"name": "perfect", "generator": "replay",
-                          "predictions": "pkg:polysql_ray.quickstart/data/perfect.jsonl"})
+    gen = make_generator({"name": "rewritten", "generator": "replay",
+                          "predictions": "pkg:polysql_ray.quickstart/data/rewritten.jsonl"})
     assert gen.n_predictions == 34

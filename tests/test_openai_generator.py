@@ -134,7 +134,7 @@ def test_generates_and_records_usage(server, examples, monkeypatch):
     assert body["temperature"] == 0.0 and body["max_tokens"] == 64 and body["seed"] == 7
     sent = {r["messages"][-1]["content"] for r in server.requests}
     assert prompt_for(examples[0], "postgres", "12").messages[-1]["content"] in sent
-    assert 'CREATE TABLE "singer"' in body["messages"][-1]["content"]
+    assert 'CREATE TABLE singer (' in body["messages"][-1]["content"]  # the replica's name, unquoted
     assert server.auth == [f"Bearer {SECRET}"] * len(examples)
 
 

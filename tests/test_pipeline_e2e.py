@@ -44,7 +44,7 @@ def test_quickstart_scores_every_prediction(quickstart_run):
     gold = _ex(table, "gold", "sqlite")
     assert (gold["n"], gold["correct"], gold["gold_errors"]) == (34, 34, 0)
     # right-but-different answers all pass on SQLite, the deliberately flawed ones mostly fail
-    assert _ex(table, "perfect", "sqlite")["correct"] == 34
+    assert _ex(table, "rewritten", "sqlite")["correct"] == 34
     assert _ex(table, "flawed", "sqlite")["correct"] < 10
     # duckdb runs the same SQLite-written SQL on the replica: some of it does not survive
     assert _ex(table, "gold", "duckdb")["correct"] < 34
@@ -81,7 +81,7 @@ def test_run_manifest_written(quickstart_run):
     out, *_ , stats, _t = quickstart_run
     manifest = json.loads((Path(out) / "runs" / stats.run_id / "manifest.json").read_text())
     assert manifest["packages"]["ray"] and manifest["policy_version"] == "cmp-1"
-    assert {c["model"] for c in manifest["cells"]} == {"gold", "perfect", "flawed"}
+    assert {c["model"] for c in manifest["cells"]} == {"gold", "rewritten", "flawed"}
     assert (Path(out) / "runs" / stats.run_id / "config.yaml").read_text().strip()
 
 
@@ -149,3 +149,18 @@ def test_dead_server_scores_the_rest_and_names_the_address(ray_session, tmp_path
     assert any("pg_ctlcluster" in e for e in stats.errors)
     stats2, _ = run(cfg, loader, text)
     assert stats2.items_skipped == 34 and stats2.items_scored == 0 and stats2.errors
+
+
+def test_snapshot_drill_down_shows_question_and_result_diff(quickstart_run, tmp_path):
+    """On a real store, the drill-down page of a cell shows the question text (from the run
+    manifest's dataset) and a diff of the two result sets re-run on the embedded engines."""
+    from polysql_ray.reporting.snapshot import write_snapshot
+    from polysql_ray.reporting.views import drill_href
+
+    out = quickstart_run[0]
+    snap = write_snapshot(out, tmp_path / "snap", figures=False)
+    cell = next(c for c in snap.stats.ex_cells if c["model"] == "flawed" and c["dialect"] == "duckdb")
+    page = (tmp_path / "snap" / drill_href(cell)).read_text()
+    assert "question text not available" not in page
+    assert page.count('class="q"') == cell["n_total"] - cell["correct"]
+    assert "only in gold" in page and "result-set diff" in page

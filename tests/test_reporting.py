@@ -86,7 +86,10 @@ def test_csv_json_md_contents(snapshot):
 
 
 def test_figures_are_valid_pngs(snapshot):
-    for name in ("ex_by_dialect.png", "mcnemar_heatmap.png", "rank_bump.png"):
+    from polysql_ray.reporting.figures import FIGURES
+
+    assert len(FIGURES) == 5
+    for name, _ in FIGURES:
         img = mpimg.imread(snapshot.files[name])
         assert img.shape[0] > 200 and img.shape[1] > 300, name
         assert img[..., :3].std() > 0.05, f"{name} looks blank"
@@ -124,7 +127,9 @@ def test_stats_job_main(store, tmp_path, capsys):
     assert main([f"results_dir={store}", f"json={out}", "views=hierarchy", "ci=beta"]) == 0
     assert "hierarchy" in capsys.readouterr().out.lower()
     assert json.loads(out.read_text())["config"]["ci_method"] == "beta"
-    with pytest.raises(SystemExit, match="bad argument"):
+    from polysql_ray.jobs_cli import UsageError
+
+    with pytest.raises(UsageError, match="unknown key 'colour'"):
         main([f"results_dir={store}", "colour=blue"])
 
 
@@ -156,12 +161,12 @@ def test_html_renders_in_headless_chromium(snapshot, tmp_path):
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
     body = re.search(r"<body[^>]*>", html).group(0)
-    assert 'data-images-ok="true"' in body and 'data-images-loaded="3"' in body, body
-    assert len(re.findall(r"<img ", html)) == 3
+    assert 'data-images-ok="true"' in body and 'data-images-loaded="5"' in body, body
+    assert len(re.findall(r"<img ", html)) == 5
     cells = re.search(r'<table class="sortable" data-view="cells">.*?</table>', html, re.S).group(0)
-    assert len(re.findall(r"<tr>", cells)) == 1 + len(snapshot.stats.ex_cells)
+    assert len(re.findall(r"<tr[ >]", cells)) == 1 + len(snapshot.stats.ex_cells)
     board = re.search(r'<table class="sortable" data-view="leaderboard">.*?</table>', html, re.S)
-    assert board and board.group(0).count("<tr>") == 1 + len(MODELS)
+    assert board and len(re.findall(r"<tr[ >]", board.group(0))) == 1 + len(MODELS)
 
     shot = tmp_path / "shot.png"
     res = _chromium_run(binary, f"--screenshot={shot}", "--window-size=1200,1600",
@@ -169,6 +174,31 @@ def test_html_renders_in_headless_chromium(snapshot, tmp_path):
     assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
     img = mpimg.imread(shot)
     assert img.shape[:2] == (1600, 1200) and img[..., :3].std() > 0.05
+
+    # the drill-down page of a cell is reachable from the cells table and renders
+    href = re.search(r'<a href="(drill/[^"]+)"', cells).group(1)
+    drill_page = page.parent / href
+    assert drill_page.exists()
+    shot2 = tmp_path / "drill.png"
+    res = _chromium_run(binary, f"--screenshot={shot2}", "--window-size=1000,1200",
+                        "--hide-scrollbars", drill_page.as_uri())
+    assert res.returncode == 0 and mpimg.imread(shot2)[..., :3].std() > 0.02, res.stderr[-2000:]
+
+    # the dialect filter hides rows of other dialects (run in the browser)
+    js_page = tmp_path / "filtered.html"
+    js_page.write_text(page.read_text().replace(
+        "</body>", "<script>window.addEventListener('load', () => { const s = document.querySelector("
+        "'#filters select[data-key=dialect]'); s.value = 'duckdb'; applyFilters(); "
+        "document.body.dataset.visible = Array.from(document.querySelectorAll("
+        "'table[data-view=cells] tbody tr')).filter(t => t.style.display !== 'none').length; });"
+        "</script></body>"))
+    for f in page.parent.iterdir():
+        if f.suffix == ".png":
+            shutil.copy(f, tmp_path / f.name)
+    dom3 = _chromium_run(binary, "--dump-dom", js_page.as_uri())
+    visible = re.search(r'data-visible="(\d+)"', dom3.stdout)
+    assert visible and int(visible.group(1)) == sum(
+        1 for c in snapshot.stats.ex_cells if c["dialect"] == "duckdb")
 
     # a missing figure must be detected by the page's image check
     broken = tmp_path / "broken"
@@ -217,3 +247,87 @@ def test_figures_survive_a_perfect_cell(tmp_path):
     snap = write_snapshot(tmp_path / "store", tmp_path / "snap", StatsConfig())
     assert (tmp_path / "snap" / "ex_by_dialect.png").stat().st_size > 1000
     assert snap is not None
+
+
+def test_every_link_and_image_resolves_offline(snapshot):
+    """index.html and every drill page link only to files inside the snapshot folder."""
+    out = snapshot.files["html"].parent
+    pages = [out / "index.html", *sorted((out / "drill").glob("*.html"))]
+    assert len(pages) == 1 + len(snapshot.stats.ex_cells)
+    for page in pages:
+        text = page.read_text()
+        for ref in re.findall(r'(?:href|src)="([^"#]+)', text):
+            assert not re.match(r"[a-z]+://", ref), (page.name, ref)
+            assert (page.parent / ref).resolve().is_file(), (page.name, ref)
+        assert "http://" not in text and "https://" not in text
+
+
+def test_json_validates_against_its_documented_schema(snapshot):
+    import jsonschema
+
+    out = snapshot.files["html"].parent
+    doc = json.loads((out / "leaderboard.json").read_text())
+    schema = json.loads((out / "leaderboard.schema.json").read_text())
+    jsonschema.validate(doc, schema)
+    assert doc["schema_version"] == schema["properties"]["schema_version"]["const"]
+    described = schema["properties"]["tables"]["properties"]
+    assert all(described[t]["description"] for t in doc["tables"])
+    assert described["ex_cells"]["items"]["properties"]["ex"]["description"]
+
+
+def test_gold_ceiling_paired_drop_and_rank_ties(tmp_path):
+    """The gold generator gives the ceiling row; a paired drop matches the hand formula; two
+    models a question apart share ranks."""
+    import math
+
+    from polysql_ray.statistics.summary import compute_statistics
+    from polysql_ray.statistics.synthetic import score_row, write_store
+
+    rows = []
+    for q in range(40):
+        # model m: right on sqlite for q < 30; on duckdb for q < 22 and q in {35}
+        rows.append(score_row("m", "d", "sqlite", "-", f"q{q}", "pass" if q < 30 else "values"))
+        rows.append(score_row("m", "d", "duckdb", "-", f"q{q}",
+                              "pass" if q < 22 or q == 35 else "syntax"))
+        rows.append(score_row("n", "d", "sqlite", "-", f"q{q}", "pass" if q < 29 else "values"))
+        rows.append(score_row("n", "d", "duckdb", "-", f"q{q}", "pass" if q < 21 else "values"))
+        rows.append(score_row("gold", "d", "sqlite", "-", f"q{q}", "pass", generator="gold"))
+        rows.append(score_row("gold", "d", "duckdb", "-", f"q{q}", "pass" if q < 32 else "syntax",
+                              generator="gold"))
+    write_store(tmp_path, rows)
+    st = compute_statistics(tmp_path)
+    ceiling = {(r["dataset"], r["dialect"]): r["ex"] for r in st.gold_ceiling}
+    assert ceiling[("d", "duckdb")] == ceiling[("ALL", "duckdb")] == 32 / 40
+    assert ceiling[("ALL", "sqlite")] == 1.0
+    assert {r["model"] for r in st.ex_model_dialect} == {"m", "n"}  # gold is context, not a model
+    (drop,) = [r for r in st.drops_paired if r["model"] == "m"]
+    b, c, n = 8, 1, 40  # right on sqlite only: q22..q29; on duckdb only: q35
+    se = math.sqrt(b + c - (b - c) ** 2 / n) / n
+    assert drop["drop"] == pytest.approx((b - c) / n)
+    assert (drop["drop_lo"], drop["drop_hi"]) == pytest.approx(((b - c) / n - 1.959964 * se,
+                                                                (b - c) / n + 1.959964 * se), abs=1e-5)
+    ranks = {(r["model"], r["dialect"]): r for r in st.rank_intervals}
+    assert ranks[("m", "sqlite")]["rank"] == 1 and ranks[("n", "sqlite")]["rank"] == 2
+    assert ranks[("n", "sqlite")]["rank_best"] == 1 and ranks[("m", "sqlite")]["tied_with"] == "n"
+    assert all("p_holm" in r and r["p_holm"] >= r["p_value"] for r in st.pairwise_pooled)
+    from polysql_ray.reporting.views import GOLD_ROW, leaderboard_view
+
+    board = leaderboard_view(st)
+    assert board.rows[-1]["model"] == GOLD_ROW and board.rows[-1]["ex:duckdb"] == 32 / 40
+
+
+def test_stats_tables_fit_100_columns(snapshot):
+    """Every statistics table printed at 100 columns keeps each line within the width and
+    every model name whole."""
+    from rich.console import Console
+
+    from polysql_ray.reporting.console import print_views
+    from polysql_ray.reporting.views import all_views
+
+    buf = io.StringIO()
+    print_views(all_views(snapshot.stats), Console(file=buf, width=100, color_system=None))
+    lines = buf.getvalue().splitlines()
+    assert max(len(x) for x in lines) <= 100
+    for m in MODELS:
+        assert any(m in x for x in lines)
+    assert not any("…" in x for x in lines)

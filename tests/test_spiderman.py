@@ -64,5 +64,21 @@ def test_mysql_source_replicates(installed, target, tmp_path):
     tables, _ = reader.read_schema(ex.database)
     assert {t.name for t in tables} == {"players", "matches"}  # rankings not invented
     assert get_writer(target).checksums(rep.location, tables) == reader.checksums(ex.database, tables)
+    ints = {c.logical_type for t in rep.manifest.tables for c in t.columns if c.declared_type.startswith("int")}
+    assert ints == {"INTEGER"}  # declared width kept (PostgreSQL integer arithmetic)
     floats = [c for t in rep.manifest.tables for c in t.columns if c.declared_type.startswith("float")]
     assert floats and all(c.logical_type == "DOUBLE" and c.widened for c in floats)
+
+
+def test_loader_only_reads_and_the_replication_stage_installs_with_the_run_settings(installed):
+    from polysql_ray.replication.base import ReplicationError
+    from polysql_ray.replication.sources import prepare
+
+    ex = next(e for e in sm.load_spiderman(SPIDERMAN) if e.db_id == "pets_1")
+    assert ex.database.install == f"spiderman:{SPIDERMAN.resolve()}" and ex.database.exists
+    # the run's engines.mysql settings are the ones used: a wrong port fails, naming the source
+    with pytest.raises(ReplicationError, match="pets_1"):
+        prepare(ex.database, {"port": 1, "connect_timeout_s": 2})
+    assert prepare(ex.database, {})
+    bare = next(e for e in sm.load_spiderman(SPIDERMAN, installed=False) if e.db_id == "pets_1")
+    assert bare.database.install == "" and not prepare(bare.database)

@@ -297,3 +297,31 @@ def test_gold_generator_is_left_out_of_the_statistics_by_default(tmp_path):
     assert con.execute("SELECT count(DISTINCT model) FROM scores").fetchall() == [(2,)]
     from polysql_ray.statistics.summary import StatsConfig
     assert StatsConfig().exclude_generators == ("gold",)
+
+
+def test_run_ex_table_and_statistics_count_alike(tmp_path):
+    """One EX definition: the end-of-run table (pipeline.summary) equals the statistics'.
+
+    The store holds what used to split them: an unavailable engine (left out of EX by both),
+    a gold error, a timeout, and a question scored twice where the *later* ``scored_at`` sits
+    in the file that sorts *first* (a reader keeping the last row read would pick the stale one).
+    """
+    from polysql_ray.pipeline.summary import ex_table as run_ex_table
+
+    write_store(tmp_path, [score_row("m", "d", "sqlite", "l", "q0", "pass", scored_at_s=200)], "a/part-0")
+    write_store(tmp_path, [score_row("m", "d", "sqlite", "l", "q0", "values", scored_at_s=100),
+                           score_row("m", "d", "sqlite", "l", "q1", "unavailable"),
+                           score_row("m", "d", "sqlite", "l", "q2", "gold_error"),
+                           score_row("m", "d", "sqlite", "l", "q3", "timeout"),
+                           score_row("m", "d", "sqlite", "l", "q4", "syntax"),
+                           score_row("m", "d", "sqlite", "l", "q5", "pass", basis="proven")], "b/part-0")
+    (run_row,) = run_ex_table(tmp_path).to_pylist()
+    con, _ = load_scores(tmp_path, exclude_generators=())
+    (st,) = ex_table(con)
+    assert (run_row["n"], run_row["correct"], run_row["gold_errors"], run_row["unavailable"]) == (6, 2, 1, 1)
+    assert (st["n_total"], st["correct"], st["gold_errors"], st["unavailable"]) == (6, 2, 1, 1)
+    assert run_row["ex"] == pytest.approx(100 * st["ex"], abs=0.005) == pytest.approx(50.0)
+    assert run_row["ex_no_timeouts"] == pytest.approx(100 * st["ex_no_timeout"], abs=0.005)
+    assert (run_row["timeouts"], run_row["exec_errors"], run_row["proven"]) == (1, 1, 1)
+    assert run_ex_table(tmp_path, cell_keys=[]).num_rows == 0
+    assert run_ex_table(tmp_path / "nowhere").num_rows == 0

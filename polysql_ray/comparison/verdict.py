@@ -3,6 +3,9 @@
 This is the single place where a score's ``verdict``, ``correct``, ``reason`` and ``basis``
 are decided (vocabulary in :mod:`polysql_ray.store.schema`):
 
+0. an execution was ``unavailable`` (server unreachable, copy missing) -> ``unavailable``
+   with reason ``gold_unavailable`` / ``pred_unavailable``: not a verdict at all; the store
+   keeps such rows apart and the next run rescores them;
 1. the gold could not run (missing database, gold SQL failing on its own engine)
    -> ``gold_error`` with reason ``gold_<status>``: not the model's fault, reported apart;
 2. the generator produced no SQL -> ``fail`` with reason ``no_sql`` / ``missing`` / ``truncated``
@@ -41,7 +44,7 @@ class Verdict:
     """One decided score.
 
     Attributes:
-        verdict: ``pass`` | ``fail`` | ``inconclusive`` | ``gold_error``.
+        verdict: ``pass`` | ``fail`` | ``inconclusive`` | ``gold_error`` | ``unavailable``.
         reason: reason code (see module docstring).
         basis: ``observed`` (dual execution), ``proven`` (structure) or ``judged``.
         flags: caveats from the comparison (``ties_at_limit`` ...).
@@ -73,6 +76,11 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, pred: Exec
             prediction was therefore not executed (``pred`` None) the verdict is a ``pass``
             with basis ``proven`` (the gold still has to run: a failing gold stays a gold error).
     """
+    for side, res in (("gold", gold), ("pred", pred)):
+        if res is not None and res.status is ExecStatus.UNAVAILABLE:
+            # infrastructure (server down, replica missing), never the model's failure:
+            # stored apart and rescored by the next run
+            return Verdict("unavailable", f"{side}_unavailable")
     if gold_error is not None or gold is None:
         return Verdict("gold_error", "gold_unavailable" if gold is None else f"gold_{gold.status.value}")
     if gold.status is not ExecStatus.OK:

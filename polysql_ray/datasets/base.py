@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 #: (``<db_root>/<db_id>/<db_id><suffix>``, the Spider/BIRD layout).
 FILE_ENGINES: dict[str, str] = {"sqlite": ".sqlite", "duckdb": ".duckdb"}
 
+#: Server engines whose source may come as a dump file the project loads -> file suffix.
+DUMP_SUFFIX: dict[str, str] = {"postgres": ".sql"}
+
 
 class DatasetError(ValueError):
     """Malformed or missing dataset input. The message names the file, the line/record and
@@ -232,9 +235,22 @@ def require_str(rec: Mapping, keys: Sequence[str], where: str, *, optional: bool
 
 
 def file_source(dataset: str, db_id: str, engine: str, db_root: Path) -> SourceDatabase:
-    """SourceDatabase for ``<db_root>/<db_id>/<db_id><suffix>`` (Spider/BIRD layout)."""
+    """SourceDatabase for ``<db_root>/<db_id>/<db_id><suffix>`` (Spider/BIRD layout).
+
+    Server engines: a PostgreSQL source with a plain-SQL ``pg_dump`` file at
+    ``<db_root>/<db_id>/<db_id>.sql`` is installed by the replication stage as the schema
+    ``pq_src_<dataset>_<db_id>`` (``replication.postgres_source.install_dump``); otherwise the
+    database (MySQL) or schema (PostgreSQL) named ``db_id`` is read as it is on the server.
+    """
     suffix = FILE_ENGINES.get(engine)
-    if suffix is None:  # a server engine: the database name is the db_id
+    if suffix is None:  # a server engine
+        dump = (db_root / db_id / f"{db_id}{DUMP_SUFFIX.get(engine, '')}").resolve()
+        if engine in DUMP_SUFFIX and dump.is_file():
+            from polysql_ray.engines.servers import replica_name
+
+            return SourceDatabase(dataset=dataset, db_id=db_id, engine=engine,
+                                  location=replica_name("src_" + dataset, db_id),
+                                  exists=True, install=f"pg_dump:{dump}")
         return SourceDatabase(dataset=dataset, db_id=db_id, engine=engine, location=db_id, exists=True)
     path = (db_root / db_id / f"{db_id}{suffix}").resolve()
     return SourceDatabase(dataset=dataset, db_id=db_id, engine=engine, location=str(path), exists=path.is_file())

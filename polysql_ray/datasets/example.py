@@ -20,6 +20,10 @@ class SourceDatabase:
             a database name for servers.
         exists: False when the file/database is absent (e.g. Spider's ``wta_1``); every
             example on it then carries a gold error instead of crashing the run.
+        install: "" for a source that is already where ``location`` says, else what the
+            replication stage must install there first, with the run's engine settings
+            (``replication.sources.INSTALLERS``: ``spiderman:<root>``, ``pg_dump:<file>``).
+            Loaders only read; they never install.
     """
 
     dataset: str
@@ -27,6 +31,7 @@ class SourceDatabase:
     engine: str
     location: str
     exists: bool = True
+    install: str = ""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ LOADERS: dict[str, str] = {
     "jsonl": "polysql_ray.datasets.jsonl:JsonlLoader",
     "quickstart": "polysql_ray.datasets.quickstart:QuickstartLoader",
     "spiderman": "polysql_ray.datasets.spiderman:SpidermanLoader",
+    "archer": "polysql_ray.datasets.archer:ArcherLoader",
 }
 
 

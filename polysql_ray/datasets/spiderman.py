@@ -5,13 +5,15 @@ tables qualified as ```db_id`.`table```), ``databases/<db_id>/data/<table>.csv``
 of column names; the unquoted literal ``NULL`` is SQL NULL) and ``test_queries.csv``
 (``database,question,sql``) in Spider ``dev.json`` order.
 
-* :func:`install_sources` loads every database into MariaDB/MySQL as a *source* database named
+* :func:`install_source` loads one database into MariaDB/MySQL as a *source* database named
   ``pq_src_spiderman_<db_id>`` (``servers.replica_name("src_spiderman", db_id)``; the ``pq_``
   prefix lets the reader role read it; ``src_`` keeps it apart from a MySQL *replica* of the
   same dataset). Idempotent: the database comment records the sha256 of the input files
   and the content fingerprint after loading; both must match for reuse, else it is rebuilt.
   Values are inserted as the CSV text and converted by the server in strict mode (an
-  unconvertible value fails the load, nothing is coerced silently).
+  unconvertible value fails the load, nothing is coerced silently). The *replication stage*
+  calls it (``replication.sources``, through ``SourceDatabase.install = "spiderman:<root>"``)
+  with the run's ``engines.mysql`` settings; the loader only reads the files.
 * :func:`load_spiderman` yields one :class:`Example` per line of ``test_queries.csv``:
   ``gold_dialect = source_engine = "mysql"``. ``test_queries.csv`` is **not** in ``dev.json``
   order (despite the data README): it is grouped by database (alphabetical), keeping
@@ -205,8 +207,9 @@ def load_spiderman(root: Path | str, missing_table_policy: str = "questions",
     Args:
         root: the ``spiderman`` folder.
         missing_table_policy: ``"questions"`` or ``"database"`` (module doc).
-        installed: whether :func:`install_sources` has been run (False marks every database
-            ``exists=False``, so gold errors say how to install instead of failing later).
+        installed: True: each source names its installer (``install="spiderman:<root>"``), run
+            by the replication stage before gold runs; False: the databases are expected to be
+            installed already (nothing is installed).
         spider_dev: Spider's ``dev.json``: ids become ``dev.json`` indices and examples come
             in that order (:func:`dev_positions`); None keeps the CSV row order and index.
     """
@@ -221,13 +224,10 @@ def load_spiderman(root: Path | str, missing_table_policy: str = "questions",
     for pos, row in sorted(zip(positions, rows), key=lambda pr: pr[0]):
         db_id, sql = row["database"], row["sql"]
         lacking = missing.get(db_id, [])
-        exists = installed and db_id in missing and not (
-            lacking and missing_table_policy == "database")
+        exists = db_id in missing and not (lacking and missing_table_policy == "database")
         err = None
         if db_id not in missing:
             err = f"SpiderMan database {db_id} is absent from {root}/databases"
-        elif not installed:
-            err = f"SpiderMan source {db_id} not installed (run datasets.spiderman.install_sources)"
         elif lacking and missing_table_policy == "database":
             err = f"{db_id}: data of {', '.join(lacking)} missing from the mirror"
         elif lacking and _gold_tables(sql) & {t.lower() for t in lacking}:
@@ -235,13 +235,23 @@ def load_spiderman(root: Path | str, missing_table_policy: str = "questions",
         yield Example(
             dataset=DATASET, question_id=str(pos), db_id=db_id, question=row["question"],
             evidence="", gold_sql=sql, gold_dialect="mysql", source_engine="mysql",
-            database=SourceDatabase(DATASET, db_id, "mysql", source_name(db_id), exists),
+            database=SourceDatabase(DATASET, db_id, "mysql", source_name(db_id), exists,
+                                    install=f"spiderman:{root.resolve()}" if installed else ""),
             gold_error=err, position=pos,
             extra={"missing_tables": lacking} if lacking else {})
 
 
-#: Roots already installed (or verified) in this process: root -> db_id -> reused.
-_INSTALLED: dict[str, dict[str, bool]] = {}
+#: (root, db_id, server) already installed or verified in this process -> reused.
+_INSTALLED: dict[tuple, bool] = {}
+
+
+def install_for_source(source: SourceDatabase, root: str, settings: dict | None = None) -> bool:
+    """Installer of ``replication.sources`` (``install="spiderman:<root>"``): install the
+    source's database with the run's MySQL ``settings``, once per process; returns reused."""
+    key = (root, source.db_id, repr(sorted((settings or {}).items())))
+    if key not in _INSTALLED:
+        _INSTALLED[key] = install_source(root, source.db_id, settings)[1]
+    return _INSTALLED[key]
 
 
 class SpidermanLoader:
@@ -249,15 +259,15 @@ class SpidermanLoader:
 
     Config keys: ``root`` (the ``spiderman`` folder, required), ``limit``, ``db_ids``, and the
     options ``spider_dev`` (Spider's ``dev.json``: ids = ``dev.json`` indices, see
-    :func:`dev_positions`; strongly recommended, else ids are CSV row indices), ``install`` (default true: :func:`install_sources` before loading, idempotent and
-    memoised per process, so ``load`` + ``sources`` install once), ``missing_table_policy``
-    (default ``questions``, module doc) and ``server`` (MySQL settings mapping for the
-    install; default ``engines.mysql.DEFAULTS``). ``name`` replaces ``"spiderman"`` as the
+    :func:`dev_positions`; strongly recommended, else ids are CSV row indices), ``install``
+    (default true: each source names its installer, run by the replication stage with the
+    run's ``engines.mysql``; false: the databases are installed already),
+    ``missing_table_policy`` (default ``questions``, module doc). ``name`` replaces ``"spiderman"`` as the
     stored dataset name. Every example carries ``extra["dataset_size"]`` (1,034 for the full
     file) so ``lines``/``csv`` prediction files align by position.
 
     Raises:
-        DatasetError: root missing; pymysql errors when the server refuses the install.
+        DatasetError: root missing.
     """
 
     layout = "spiderman"
@@ -272,10 +282,6 @@ class SpidermanLoader:
         root = c.root_path()
         opts = c.options
         installed = bool(opts.get("install", True))
-        if installed:
-            key = str(root.resolve())
-            if key not in _INSTALLED:
-                _INSTALLED[key] = install_sources(root, opts.get("server"))
         exs = list(load_spiderman(root, opts.get("missing_table_policy", "questions"),
                                   installed=installed, spider_dev=opts.get("spider_dev")))
         out = []

@@ -45,16 +45,42 @@ class Limits:
             ``too_large`` (one huge value, e.g. ``repeat('x', 1e9)``, is as bad as many rows).
             Checked once the engine has returned the table, so it bounds what travels to
             scoring and the store, not the engine's own memory.
+        max_sql_chars: longest SQL text accepted; longer is ``rejected`` unparsed.
+
+    Raises ValueError (naming ``limits.<field>``) for a non-positive or non-finite value.
     """
 
     timeout_s: float = 30.0
     row_cap: int = 100_000
     max_bytes: int = 128 * 1024 * 1024
+    max_sql_chars: int = 100_000
+
+    def __post_init__(self) -> None:
+        import math
+
+        for name, lo in (("timeout_s", 0.0), ("row_cap", 1), ("max_bytes", 1), ("max_sql_chars", 1)):
+            value = getattr(self, name)
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                math.isfinite(value) and value >= lo and (value > 0 if name == "timeout_s" else True)
+            if not ok:
+                raise ValueError(f"limits.{name} must be a positive number (got {value!r}); "
+                                 f"set limits.{name}=<{'seconds' if name == 'timeout_s' else 'count'}>")
 
     def fingerprint(self) -> str:
         """Identity of the limits (part of every results-store cell key: a different timeout
-        can change a verdict)."""
-        return f"t{self.timeout_s:g}-r{self.row_cap}-b{self.max_bytes}"
+        can change a verdict). ``max_sql_chars`` counts only when not the default, so cells
+        scored before it existed keep their keys."""
+        fp = f"t{self.timeout_s:g}-r{self.row_cap}-b{self.max_bytes}"
+        return fp if self.max_sql_chars == 100_000 else f"{fp}-c{self.max_sql_chars}"
+
+    def refuse_length(self, sql: str | None) -> "ExecutionResult | None":
+        """REJECTED when ``sql`` is longer than :attr:`max_sql_chars`, before any parser or
+        engine sees it (a 1.4 MB statement can keep a parser busy for a minute), else None."""
+        if sql is not None and len(sql) > self.max_sql_chars:
+            return ExecutionResult.failure(
+                ExecStatus.REJECTED, f"SQL of {len(sql)} characters exceeds "
+                f"limits.max_sql_chars={self.max_sql_chars}")
+        return None
 
     def enforce(self, result: "ExecutionResult") -> "ExecutionResult":
         """``result``, or ``too_large`` when its table exceeds :attr:`max_bytes`."""

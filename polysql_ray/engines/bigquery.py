@@ -93,11 +93,11 @@ def classify_error(exc: BaseException) -> ExecStatus:
     return S.RUNTIME
 
 
-def dataset_name(dataset: str, db_id: str) -> str:
-    """Replica dataset ``pq_<dataset>_<db_id>`` (letters, digits, underscores)."""
+def dataset_name(dataset: str, db_id: str, tag: str = "") -> str:
+    """Replica dataset ``pq_<dataset>_<db_id>[_<tag>]`` (letters, digits, underscores)."""
     from polysql_ray.engines.servers import replica_name
 
-    return replica_name(dataset, db_id)
+    return replica_name(dataset, db_id, tag=tag)
 
 
 def make_client(settings: dict):

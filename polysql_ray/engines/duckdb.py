@@ -5,7 +5,9 @@ Sandbox (evaluation-notes.md section 4; DuckDB docs "Securing DuckDB"), all engi
 * the copy is opened ``read_only=True`` with :data:`CONNECT_CONFIG` in the connect call:
   ``enable_external_access=false`` (no files: ``read_text``/``read_csv('/etc/passwd')``,
   ``COPY ... TO``, ``ATTACH``, ``INSTALL`` all fail with a PermissionException), no extension
-  autoload/autoinstall/community extensions, one thread and a memory limit (settings);
+  autoload/autoinstall/community extensions, one thread, a memory limit and a private temp
+  directory with a size cap (``temp_directory``, ``max_temp_directory_size``: a spilling query
+  fails with an out-of-memory error instead of filling the disk);
 * after our own session settings (:data:`SESSION_SETTINGS`, progress bar off) we run
   ``SET lock_configuration=true`` before any untrusted SQL, so no statement can change a
   setting back (DuckDB refuses every later SET/RESET);
@@ -46,6 +48,11 @@ SESSION_SETTINGS: tuple[str, ...] = ("SET enable_progress_bar=false",)
 #: Statement types accepted (``duckdb.StatementType`` names).
 ALLOWED_STATEMENT_TYPES: frozenset[str] = frozenset({"SELECT"})
 
+#: Refusals of the locked configuration (an InvalidInputException): (message regex, status).
+REFUSAL_MESSAGES: tuple[tuple[str, ExecStatus], ...] = (
+    (r"configuration has been locked|Permission Error", ExecStatus.REJECTED),
+)
+
 #: DuckDB exception class -> status; checked in order with ``isinstance``; else RUNTIME.
 ERROR_TABLE: tuple[tuple[type, ExecStatus], ...] = (
     (duckdb.InterruptException, ExecStatus.TIMEOUT),
@@ -80,6 +87,9 @@ def classify_error(exc: BaseException) -> ExecStatus:
         for pattern, status in BINDER_MESSAGES:
             if re.search(pattern, msg, flags=re.IGNORECASE):
                 return status
+    for pattern, status in REFUSAL_MESSAGES:
+        if re.search(pattern, str(exc)):
+            return status
     for cls, status in ERROR_TABLE:
         if isinstance(exc, cls):
             return status
@@ -92,6 +102,7 @@ class DuckDBEngine:
     Args:
         threads: DuckDB worker threads per connection (1: parallelism comes from actors).
         memory_limit: DuckDB ``memory_limit`` setting (e.g. ``"2GB"``).
+        max_temp_size: DuckDB ``max_temp_directory_size`` of the engine's private temp folder.
 
     ``location`` is the path of a ``.duckdb`` file (e.g. ``Replica.location``). Connections
     are cached per location for the life of the instance; thread-safe via a lock.
@@ -100,9 +111,13 @@ class DuckDBEngine:
     name = "duckdb"
     dialect = "duckdb"
 
-    def __init__(self, threads: int = 1, memory_limit: str = "2GB"):
+    def __init__(self, threads: int = 1, memory_limit: str = "2GB", max_temp_size: str = "1GB"):
+        import tempfile
+
         self.threads = threads
         self.memory_limit = memory_limit
+        self.max_temp_size = max_temp_size
+        self._temp_dir = tempfile.mkdtemp(prefix="polysql-duckdb-")
         self._conns: dict[str, duckdb.DuckDBPyConnection] = {}
         self._lock = threading.Lock()
 
@@ -110,7 +125,8 @@ class DuckDBEngine:
         con = self._conns.get(location)
         if con is None:
             con = duckdb.connect(location, read_only=True, config={
-                **CONNECT_CONFIG, "threads": self.threads, "memory_limit": self.memory_limit})
+                **CONNECT_CONFIG, "threads": self.threads, "memory_limit": self.memory_limit,
+                "temp_directory": self._temp_dir, "max_temp_directory_size": self.max_temp_size})
             for stmt in SESSION_SETTINGS:
                 con.execute(stmt)
             con.execute("SET lock_configuration=true")
@@ -120,7 +136,7 @@ class DuckDBEngine:
     def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
         """Run one untrusted statement read-only (see module docstring). Never raises."""
         t0 = time.perf_counter()
-        refusal = embedded_refusal(sql, self.dialect, location)
+        refusal = embedded_refusal(sql, self.dialect, location, limits)
         if refusal is not None:
             return refusal
         with self._lock:
@@ -190,3 +206,6 @@ class DuckDBEngine:
             for con in self._conns.values():
                 con.close()
             self._conns.clear()
+        import shutil
+
+        shutil.rmtree(self._temp_dir, ignore_errors=True)

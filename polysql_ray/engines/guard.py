@@ -24,6 +24,7 @@ only protection.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from sqlglot.dialects.dialect import Dialect
@@ -40,6 +41,22 @@ DIALECT_FIRST_TOKENS: dict[str, frozenset] = {
 
 #: First-token types that are not keywords (identifiers / unknown words): deferred.
 DEFER_FIRST_TOKENS: frozenset = frozenset({TokenType.VAR})
+
+#: First words sqlglot does not know as keywords but the dialect runs as non-SELECT statements
+#: (upper case): rejected instead of deferred (MariaDB would run ``DO``, ``HANDLER`` ...).
+DIALECT_REJECT_WORDS: dict[str, frozenset] = {
+    "mysql": frozenset({"DO", "HANDLER", "CHECKSUM", "BINLOG", "XA", "SIGNAL", "RESIGNAL", "GET",
+                        "PURGE", "FLUSH", "RESET", "SHUTDOWN", "INSTALL", "UNINSTALL", "HELP",
+                        "BACKUP", "LOCK", "UNLOCK", "RENAME", "OPTIMIZE", "REPAIR", "ANALYZE",
+                        "CACHE", "LOAD", "CALL", "KILL", "PREPARE", "EXECUTE", "DEALLOCATE"}),
+}
+
+#: Text the dialect's server *executes* although sqlglot reads it as a comment: MariaDB/MySQL
+#: executable comments ``/*! ... */``, ``/*!50110 ... */``, ``/*M! ... */``. Refused outright,
+#: so what the guard tokenizes is what the server runs.
+EXECUTABLE_COMMENT: dict[str, re.Pattern] = {
+    "mysql": re.compile(r"/\*\s*M?!", re.IGNORECASE),
+}
 
 
 @dataclass(frozen=True)
@@ -68,6 +85,9 @@ def check_statement(sql: str | None, dialect: str) -> GuardVerdict:
     """
     if sql is None or not sql.strip() or not sql.strip().strip(";").strip():
         return GuardVerdict("empty", "no SQL to run")
+    bad = malformed_text(sql)
+    if bad is not None:
+        return GuardVerdict("reject", bad)
     try:
         tokens = Dialect.get_or_raise(dialect).tokenize(sql)
     except Exception as e:  # tokenizer failure: defer to the engine's own checks
@@ -84,7 +104,14 @@ def check_statement(sql: str | None, dialect: str) -> GuardVerdict:
     if len(statements) > 1:
         return GuardVerdict("reject", f"{len(statements)} statements; exactly one SELECT/WITH "
                                       f"statement is allowed", len(statements))
+    pattern = EXECUTABLE_COMMENT.get(dialect)
+    if pattern is not None and pattern.search(sql):
+        return GuardVerdict("reject", "executable comment (/*! ... */ or /*M! ... */): the server "
+                                      "would run text the statement guard cannot see", 1)
     first = statements[0][0]
+    if first.text.upper() in DIALECT_REJECT_WORDS.get(dialect, frozenset()):
+        return GuardVerdict("reject", f"statement starts with {first.text!r}; only SELECT/WITH "
+                                      f"statements are allowed", 1)
     if first.token_type in ALLOWED_FIRST_TOKENS or \
             first.token_type in DIALECT_FIRST_TOKENS.get(dialect, frozenset()):
         return GuardVerdict("pass", "", 1)
@@ -95,14 +122,30 @@ def check_statement(sql: str | None, dialect: str) -> GuardVerdict:
                                   f"statements are allowed", 1)
 
 
-def embedded_refusal(sql: str, dialect: str, location: str):
+def malformed_text(sql: str) -> str | None:
+    """Why ``sql`` cannot be sent to any engine as text (a NUL character, a lone surrogate that
+    has no UTF-8 encoding), else None."""
+    if "\x00" in sql:
+        return f"malformed text: NUL character at position {sql.index(chr(0))}"
+    try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"malformed text: lone surrogate {sql[exc.start]!r} at position {exc.start}"
+    return None
+
+
+def embedded_refusal(sql: str, dialect: str, location: str, limits=None):
     """The typed result an embedded engine returns *before* touching the database, else None:
-    EMPTY for no statement, REJECTED for anything but one SELECT/WITH (:func:`check_statement`),
-    UNAVAILABLE when the database file does not exist (so the engine never creates one)."""
+    REJECTED for SQL longer than ``limits.max_sql_chars``, EMPTY for no statement, REJECTED
+    for anything but one SELECT/WITH (:func:`check_statement`), UNAVAILABLE when the database
+    file does not exist (so the engine never creates one)."""
     import os
 
     from polysql_ray.engines.base import ExecStatus, ExecutionResult
 
+    too_long = limits.refuse_length(sql) if limits is not None else None
+    if too_long is not None:
+        return too_long
     verdict = check_statement(sql, dialect)
     if verdict.action == "empty":
         return ExecutionResult.failure(ExecStatus.EMPTY, verdict.message)

@@ -9,14 +9,30 @@ Sandbox (evaluation-notes.md section 4):
 * runs as the least-privilege user ``polysql_reader`` (created by ``replication/mysql.py``:
   ``GRANT SELECT`` on ``pq\\_%`` databases only; no FILE, PROCESS, SUPER ...): ``INTO OUTFILE``
   and ``SET GLOBAL`` fail with privilege errors (1045/1227) -> REJECTED;
-* ``START TRANSACTION READ ONLY`` around the statement (writes fail with 1792);
-* server-side timeout, flavour detected from ``@@version`` at connect (:data:`FLAVOURS`):
-  MariaDB ``max_statement_time`` (seconds, error 1969), MySQL ``max_execution_time``
-  (milliseconds, SELECT only, error 3024);
+* **a fresh session per statement**: ``COM_RESET_CONNECTION`` before every statement drops
+  user variables, named locks (``GET_LOCK``), ``HANDLER`` state, temporary tables, prepared
+  statements and session variables a previous prediction may have left; then one trusted
+  ``SET SESSION`` puts back read-only transactions (``tx_read_only``/``transaction_read_only``:
+  writes fail with 1792), the statement timeout (flavour from ``@@version``,
+  :data:`FLAVOURS`) and the configured session variables;
+* timeouts that no statement can switch off: the session timeout (MariaDB
+  ``max_statement_time``, error 1969; MySQL ``max_execution_time``) plus a **watchdog** that
+  sends ``KILL QUERY <id>`` from a separate control connection when the whole call (execute
+  and fetch) passes the limit - an executable comment such as
+  ``/*M!100000 SET STATEMENT max_statement_time=0 FOR */`` cannot reach it;
+* the statement is sent **unmodified** (MariaDB accepts trailing ``;`` and comments; cutting
+  comments would change what MariaDB runs, since ``/*! ... */`` is executed); executable
+  comments are refused by the statement guard, so what it tokenizes is what the server runs;
+* **SELECT only, decided by the server**: after the statement, the session counter
+  ``Com_select`` (zeroed by the reset) must be exactly one (``DO``, ``HANDLER``,
+  ``CHECKSUM TABLE``, ``SHOW`` move other counters) and a result set must have come back,
+  else REJECTED;
 * one statement: PyMySQL connects without ``CLIENT.MULTI_STATEMENTS`` (the server answers a
   ``;``-joined string with syntax error 1064), after the shared statement guard;
 * ``LOAD_FILE`` is refused client-side (:data:`DENIED_FUNCTIONS`): without the FILE
   privilege MariaDB returns NULL instead of an error, which would look like a result;
+  ``information_schema.PROCESSLIST`` is refused by text (:data:`DENIED_TEXT`): MariaDB shows
+  an account its own other sessions (other predictions' SQL) and no privilege hides them;
 * row cap: an unbuffered cursor (``SSCursor``) fetches ``row_cap + 1`` rows; when the cap is
   exceeded the connection is dropped instead of draining the rest.
 
@@ -100,24 +116,42 @@ LOST_CONNECTION_ERRNOS: frozenset[int] = frozenset({0, 2006, 2013, 2055, 1927})
 #: Functions refused before execution (lower case; see module docstring).
 DENIED_FUNCTIONS: frozenset[str] = frozenset({"load_file", "sys_exec", "sys_eval"})
 
+#: Words refused anywhere in the text (ASCII-folded, lower case; see module docstring).
+DENIED_TEXT: tuple[str, ...] = ("processlist",)
+
+#: ``COM_RESET_CONNECTION`` (MySQL 5.7.3+, MariaDB 10.2.4+): reset the session, keep the login.
+COM_RESET_CONNECTION = 0x1F
+
+#: Seconds the watchdog waits past ``limits.timeout_s`` before ``KILL QUERY`` (the session
+#: timeout normally fires first and reports error 1969).
+WATCHDOG_GRACE_S = 1.0
+
 
 @dataclass(frozen=True)
 class Flavour:
     """How one server flavour spells its statement timeout.
 
     Attributes:
-        timeout_sql: ``SET SESSION`` template taking the timeout (``{value}``).
+        timeout_var: session variable of the statement timeout.
         unit_per_s: multiplier from seconds to the variable's unit.
+        read_only_var: session variable making every transaction read-only.
+        extra: further trusted ``name = value`` session settings.
     """
 
-    timeout_sql: str
+    timeout_var: str
     unit_per_s: float
+    read_only_var: str
+    extra: tuple[str, ...] = ()
 
 
-#: Server flavour (``"MariaDB" in @@version``) -> timeout settings.
+#: Server flavour (``"MariaDB" in @@version``) -> session settings.
 FLAVOURS: dict[str, Flavour] = {
-    "mariadb": Flavour("SET SESSION max_statement_time = {value}", 1.0),
-    "mysql": Flavour("SET SESSION max_execution_time = {value}", 1000.0),
+    # MariaDB silently *truncates* a recursive CTE at max_recursive_iterations (1000) and returns
+    # rows as if complete; lifted so a runaway query meets the timeout instead of looking like an
+    # answer (MySQL errors out: 3636).
+    "mariadb": Flavour("max_statement_time", 1.0, "tx_read_only",
+                       ("max_recursive_iterations = 4294967295",)),
+    "mysql": Flavour("max_execution_time", 1000.0, "transaction_read_only"),
 }
 
 _FIELD_ARROW: dict[int, pa.DataType] | None = None
@@ -146,8 +180,8 @@ class _Conn:
     def __init__(self, raw, flavour: str) -> None:
         self.raw = raw
         self.flavour = flavour
-        self.timeout_value: float | None = None
         self.db: str | None = None
+        self.thread_id: int = raw.thread_id()
 
 
 def connect_raw(settings: ServerSettings, admin: bool = False, database: str | None = None,
@@ -184,6 +218,8 @@ class MySQLEngine:
 
     name = "mysql"
     dialect = "mysql"
+    #: UNAVAILABLE from a server (refused, lost, restarting) is transient: actors retry it
+    transient_unavailable = True
 
     def __init__(self, settings: ServerSettings | dict | None = None) -> None:
         if not isinstance(settings, ServerSettings):
@@ -192,6 +228,10 @@ class MySQLEngine:
         self.pool: ConnectionPool = ConnectionPool(self._open, lambda c: c.raw.close(),
                                                    settings.pool_size)
         self.queries = 0
+        self._control = None  # watchdog connection (KILL QUERY), opened on first need
+        import threading
+
+        self._control_lock = threading.Lock()
 
     def __repr__(self) -> str:
         s = self.settings
@@ -199,22 +239,48 @@ class MySQLEngine:
 
     def _open(self) -> _Conn:
         raw = connect_raw(self.settings)
-        conn = _Conn(raw, server_flavour(raw))
-        with raw.cursor() as cur:
-            if self.settings.sql_mode is not None:
-                cur.execute("SET SESSION sql_mode = %s", (self.settings.sql_mode,))
-            # engines.mysql.session_vars: e.g. {div_precision_increment: 30}; names are checked
-            # against a plain identifier pattern, values are bound parameters
-            for name, value in (self.settings.extra.get("session_vars") or {}).items():
-                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
-                    raise ValueError(f"engines.mysql.session_vars: bad variable name {name!r}")
-                cur.execute(f"SET SESSION {name} = %s", (value,))
-            if conn.flavour == "mariadb":
-                # MariaDB silently *truncates* a recursive CTE at max_recursive_iterations
-                # (1000 here) and returns rows as if complete; lift it so a runaway query meets
-                # the timeout instead of looking like an answer (MySQL errors out: 3636).
-                cur.execute("SET SESSION max_recursive_iterations = 4294967295")
-        return conn
+        return _Conn(raw, server_flavour(raw))
+
+    def _session(self, conn: _Conn, limits: Limits) -> tuple[str, list]:
+        """The one trusted ``SET SESSION`` run after each reset, and its bound parameters.
+
+        engines.mysql.session_vars (e.g. ``{div_precision_increment: 30}``): names checked
+        against a plain identifier pattern, values bound parameters."""
+        flav = FLAVOURS[conn.flavour]
+        value = limits.timeout_s * flav.unit_per_s
+        value = round(value, 3) if conn.flavour == "mariadb" else max(1, int(value))
+        parts = [f"{flav.read_only_var} = 1", f"{flav.timeout_var} = {value}", *flav.extra]
+        params: list = []
+        if self.settings.sql_mode is not None:
+            parts.append("sql_mode = %s")
+            params.append(self.settings.sql_mode)
+        for name, val in (self.settings.extra.get("session_vars") or {}).items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
+                raise ValueError(f"engines.mysql.session_vars: bad variable name {name!r}")
+            parts.append(f"{name} = %s")
+            params.append(val)
+        return "SET SESSION " + ", ".join(parts), params
+
+    def _kill_query(self, thread_id: int) -> None:
+        """Watchdog: ``KILL QUERY <thread_id>`` from the control connection (same account: an
+        account may kill its own statements). Errors are swallowed (the query may be done)."""
+        import pymysql
+
+        with self._control_lock:
+            for _ in range(2):
+                try:
+                    if self._control is None:
+                        self._control = connect_raw(self.settings)
+                    with self._control.cursor() as cur:
+                        cur.execute(f"KILL QUERY {int(thread_id)}")
+                    return
+                except pymysql.err.MySQLError:
+                    try:
+                        if self._control is not None:
+                            self._control.close()
+                    except Exception:
+                        pass
+                    self._control = None
 
     def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
         """Run one untrusted statement read-only in database ``location``.
@@ -224,7 +290,8 @@ class MySQLEngine:
         import pymysql
 
         with Stopwatch() as sw:
-            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS)
+            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS, limits=limits,
+                                    send_unmodified=True, denied_text=DENIED_TEXT)
         if refusal is not None:
             return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
         last: Exception | None = None
@@ -241,7 +308,6 @@ class MySQLEngine:
                                 lease.discard()
                                 last = e
                                 continue
-                            self._cleanup(lease)
                             return ExecutionResult.failure(
                                 classify(code, ERRNO_STATUS, None, S.RUNTIME),
                                 f"[{code}] {e.args[1] if len(e.args) > 1 else e}", sw.now())
@@ -257,18 +323,15 @@ class MySQLEngine:
                     return ExecutionResult.failure(S.UNAVAILABLE, str(e), sw.now())
         return ExecutionResult.failure(S.UNAVAILABLE, f"connection lost: {last}", sw.now())
 
-    def _cleanup(self, lease) -> None:
-        """End the read-only transaction after an error; drop the connection if that fails."""
-        try:
-            lease.conn.raw.query("ROLLBACK")
-        except Exception:
-            lease.discard()
-
     def _run(self, lease, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        import threading
+
         import pymysql
 
         conn: _Conn = lease.conn
         raw = conn.raw
+        raw._execute_command(COM_RESET_CONNECTION, b"")  # fresh session (module docstring)
+        raw._read_ok_packet()
         if conn.db != location:
             try:
                 raw.select_db(location)
@@ -278,34 +341,61 @@ class MySQLEngine:
                         S.UNAVAILABLE, f"replica database {location!r} unavailable: {e.args[1]}")
                 raise
             conn.db = location
-        flav = FLAVOURS[conn.flavour]
-        value = limits.timeout_s * flav.unit_per_s
-        value = round(value, 3) if conn.flavour == "mariadb" else max(1, int(value))
-        if conn.timeout_value != value:
-            raw.query(flav.timeout_sql.format(value=value))
-            conn.timeout_value = value
-        raw.query("START TRANSACTION READ ONLY")
+        setup, params = self._session(conn, limits)
+        with raw.cursor() as cur:
+            cur.execute(setup, params or None)
+        fired = threading.Event()
+
+        def watchdog() -> None:
+            fired.set()
+            self._kill_query(conn.thread_id)
+
+        timer = threading.Timer(limits.timeout_s + WATCHDOG_GRACE_S, watchdog)
+        timer.daemon = True
         cur = raw.cursor(pymysql.cursors.SSCursor)
         t0 = time.perf_counter()
-        cur.execute(sql)
-        rows = cur.fetchmany(limits.row_cap + 1)
-        desc = cur.description or ()
-        if time.perf_counter() - t0 >= limits.timeout_s:
+        timer.start()
+        try:
+            cur.execute(sql)
+            rows = cur.fetchmany(limits.row_cap + 1)
+            desc = cur.description
+            if len(rows) > limits.row_cap:
+                lease.discard()  # do not drain the rest of an oversized result
+                return ExecutionResult.failure(S.TOO_LARGE, f"more than {limits.row_cap} rows (row cap)")
+            cur.close()
+        except pymysql.err.MySQLError:
+            if fired.is_set():
+                lease.discard()
+                return ExecutionResult.failure(
+                    S.TIMEOUT, f"killed by the watchdog after {limits.timeout_s}s (whole call)")
+            raise
+        finally:
+            timer.cancel()
+        if fired.is_set() or time.perf_counter() - t0 >= limits.timeout_s:
             # MariaDB lets some functions (BENCHMARK) return a value after being interrupted
             # by max_statement_time, without an error: a result past the limit is a timeout.
             lease.discard()
             return ExecutionResult.failure(
                 S.TIMEOUT, f"statement ran past the {limits.timeout_s}s limit (interrupted)")
-        if len(rows) > limits.row_cap:
-            lease.discard()  # do not drain the rest of an oversized result
-            return ExecutionResult.failure(S.TOO_LARGE, f"more than {limits.row_cap} rows (row cap)")
-        cur.close()
-        raw.query("ROLLBACK")
+        with raw.cursor() as check:
+            check.execute("SHOW SESSION STATUS LIKE 'Com\\_select'")
+            selects = int(check.fetchone()[1])
+        if desc is None or selects != 1:
+            return ExecutionResult.failure(
+                S.REJECTED, "not a SELECT statement (the server ran it as another kind: "
+                f"Com_select moved by {selects}{', no result set' if desc is None else ''})")
         fmap = _field_arrow()
         names = [d[0] for d in desc]
         types = [fmap.get(d[1], pa.null()) for d in desc]
         return ExecutionResult(S.OK, rows_to_arrow(names, list(rows), types))
 
     def close(self) -> None:
-        """Close pooled connections."""
+        """Close pooled connections and the watchdog's control connection."""
         self.pool.close()
+        with self._control_lock:
+            if self._control is not None:
+                try:
+                    self._control.close()
+                except Exception:
+                    pass
+                self._control = None

@@ -16,7 +16,18 @@ Sandbox (evaluation-notes.md section 4), all enforced by the server, not by us:
   role defaults ``default_transaction_read_only=on`` and a ``statement_timeout`` backstop);
   superuser-only file/program access (``pg_read_file``, ``lo_import``, ``COPY ... PROGRAM``)
   fails with SQLSTATE 42501 -> REJECTED;
+* the reader role cannot call server-control or session-spying functions: :func:`harden_database`
+  (run by replication as the admin) revokes ``EXECUTE`` from ``PUBLIC`` on
+  :data:`REVOKED_FUNCTIONS` (``pg_terminate_backend``, ``pg_cancel_backend``, ``set_config``,
+  ``pg_stat_get_activity`` ...) and ``SELECT`` on ``pg_stat_activity`` in the replica
+  database, so SQL the client cannot parse still fails (42501 -> REJECTED);
 * inside ``BEGIN READ ONLY`` with ``SET LOCAL statement_timeout`` (ms) -> 57014 is TIMEOUT;
+  every later ``FETCH`` gets only the time left, and a watchdog sends a cancel request
+  (``Connection.cancel``, a separate connection the query cannot reach) when the whole call
+  passes the limit: the deadline covers the execute *and* the fetch;
+* a fresh session per statement: ``ROLLBACK`` then ``DISCARD ALL`` after every statement
+  (advisory locks, session variables, prepared statements, temp tables, LISTEN); a connection
+  that is not idle afterwards (e.g. stuck in an aborted transaction, 25P02) is closed;
 * through a server-side cursor (``DECLARE ... CURSOR FOR <sql>``, extended protocol): the
   server rejects a multi-statement string ("cannot insert multiple commands into a prepared
   statement", 42601) and only ``row_cap + 1`` rows ever leave the server (``FETCH``);
@@ -88,6 +99,24 @@ OID_ARROW: dict[int, pa.DataType] = {
     1184: pa.timestamp("us", tz="UTC"), 17: pa.binary(),
 }
 
+#: Functions whose EXECUTE privilege PUBLIC loses in the replica database (all overloads):
+#: server control and other sessions' state. Superusers (replication) keep them.
+REVOKED_FUNCTIONS: tuple[str, ...] = (
+    "pg_terminate_backend", "pg_cancel_backend", "set_config", "pg_stat_get_activity",
+    "pg_stat_get_backend_activity", "pg_stat_get_backend_activity_start", "pg_stat_get_backend_pid",
+    "pg_stat_get_backend_userid", "pg_stat_get_backend_client_addr", "pg_stat_get_backend_idset",
+    "pg_blocking_pids", "pg_notify", "pg_listening_channels",
+)
+
+#: Views PUBLIC loses SELECT on in the replica database (other sessions' query text).
+REVOKED_VIEWS: tuple[str, ...] = ("pg_stat_activity", "pg_stat_ssl", "pg_stat_gssapi")
+
+#: Seconds the watchdog waits past ``limits.timeout_s`` before cancelling.
+WATCHDOG_GRACE_S = 1.0
+
+#: Rows per FETCH (each FETCH gets the time left of the whole-call deadline).
+FETCH_ROWS = 10_000
+
 #: Functions refused before execution even though privileges would also refuse them
 #: (defence in depth; matched on sqlglot function names, lower case).
 DENIED_FUNCTIONS: frozenset[str] = frozenset({
@@ -111,6 +140,22 @@ def _connect_kwargs(settings: ServerSettings, admin: bool = False,
     return kw
 
 
+def harden_database(conn) -> None:
+    """Revoke :data:`REVOKED_FUNCTIONS` (every overload) and :data:`REVOKED_VIEWS` from
+    ``PUBLIC`` in the database ``conn`` is connected to (a superuser connection; idempotent).
+    PostgreSQL checks EXECUTE on functions called through a view as the caller, so
+    ``pg_stat_activity`` is closed twice over."""
+    from psycopg import sql
+
+    for (proc,) in conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p "
+            "WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname = ANY(%s)",
+            [list(REVOKED_FUNCTIONS)]).fetchall():
+        conn.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION {} FROM PUBLIC").format(sql.SQL(proc)))
+    for view in REVOKED_VIEWS:
+        conn.execute(sql.SQL("REVOKE SELECT ON pg_catalog.{} FROM PUBLIC").format(sql.Identifier(view)))
+
+
 def connect(settings: ServerSettings, admin: bool = False, dbname: str | None = None,
             autocommit: bool = True):
     """Open a psycopg connection (reader role unless ``admin``). Raises psycopg errors."""
@@ -132,15 +177,21 @@ class PostgresEngine:
 
     name = "postgres"
     dialect = "postgres"
+    #: UNAVAILABLE from a server (refused, lost, restarting) is transient: actors retry it
+    transient_unavailable = True
 
     def __init__(self, settings: ServerSettings | dict | None = None) -> None:
         if not isinstance(settings, ServerSettings):
             settings = ServerSettings.from_dict(settings, **DEFAULTS)
         self.settings = settings
-        self.pool: ConnectionPool = ConnectionPool(lambda: connect(self.settings),
-                                                   lambda c: c.close(), settings.pool_size)
+        self.pool: ConnectionPool = ConnectionPool(self._open, lambda c: c.close(), settings.pool_size)
         self.queries = 0
         self._known_locations: set[str] = set()
+
+    def _open(self):
+        conn = connect(self.settings)
+        conn.prepare_threshold = None  # no server-side prepared statements: DISCARD ALL drops them
+        return conn
 
     def __repr__(self) -> str:
         s = self.settings
@@ -156,7 +207,7 @@ class PostgresEngine:
         from polysql_ray.engines.servers import precheck
 
         with Stopwatch() as sw:
-            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS)
+            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS, limits=limits)
         if refusal is not None:
             return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
         import psycopg
@@ -177,6 +228,8 @@ class PostgresEngine:
                         except Exception as e:  # result conversion etc.: never escape
                             lease.discard()
                             return ExecutionResult.failure(S.RUNTIME, repr(e), sw.now())
+                        finally:
+                            self._reset(lease)
                     self.queries += 1
                     res.elapsed_s = sw.now()
                     return res
@@ -187,6 +240,9 @@ class PostgresEngine:
         return ExecutionResult.failure(S.UNAVAILABLE, f"connection lost: {last}", sw.now())
 
     def _run(self, conn, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        import threading
+        import time
+
         from psycopg import sql as psql
 
         if location not in self._known_locations:
@@ -195,15 +251,30 @@ class PostgresEngine:
                 return ExecutionResult.failure(
                     S.UNAVAILABLE, f"replica schema {location!r} does not exist")
             self._known_locations.add(location)
+        deadline = time.monotonic() + limits.timeout_s
         ms = max(1, int(limits.timeout_s * 1000))
         # trusted, composed with quoting, sent in one round trip (simple protocol)
         conn.execute(psql.SQL("BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = {}; "
                               "SET LOCAL search_path = {}").format(
             psql.Literal(ms), psql.Identifier(location)))
+        timer = threading.Timer(limits.timeout_s + WATCHDOG_GRACE_S, conn.cancel)
+        timer.daemon = True
+        timer.start()
+        cur = conn.cursor(name="polysql_q")  # server-side: DECLARE + FETCH
         try:
-            cur = conn.cursor(name="polysql_q")  # server-side: DECLARE + FETCH
             cur.execute(sql)
-            rows = cur.fetchmany(limits.row_cap + 1)
+            rows: list = []
+            while True:
+                want = min(FETCH_ROWS, limits.row_cap + 1 - len(rows))
+                chunk = cur.fetchmany(want)
+                rows.extend(chunk)
+                if len(chunk) < want or len(rows) > limits.row_cap:
+                    break
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0:
+                    return ExecutionResult.failure(
+                        S.TIMEOUT, f"fetch ran past the {limits.timeout_s}s limit (whole call)")
+                conn.execute(psql.SQL("SET LOCAL statement_timeout = {}").format(psql.Literal(left_ms)))
             desc = cur.description or []
             if len(rows) > limits.row_cap:
                 return ExecutionResult.failure(
@@ -212,8 +283,28 @@ class PostgresEngine:
             types = [OID_ARROW.get(d.type_code, pa.null()) for d in desc]
             return ExecutionResult(S.OK, rows_to_arrow(names, rows, types))
         finally:
-            if not conn.closed and not conn.broken:
-                conn.execute("ROLLBACK")
+            timer.cancel()
+            try:
+                cur.close()
+            except Exception:  # noqa: BLE001 - aborted transaction: _reset rolls back
+                pass
+
+    def _reset(self, lease) -> None:
+        """A fresh session for the next statement: ``ROLLBACK``, ``DISCARD ALL``; the
+        connection is dropped when that fails or it is still not idle (aborted transaction)."""
+        import psycopg
+
+        conn = lease.conn
+        if lease.broken or conn.closed or conn.broken:
+            lease.discard()
+            return
+        try:
+            conn.execute("ROLLBACK")
+            conn.execute("DISCARD ALL")
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                lease.discard()
+        except Exception:  # noqa: BLE001 - any trouble: never reuse this session
+            lease.discard()
 
     def _failure(self, e: Exception, sw: Stopwatch) -> ExecutionResult:
         code = getattr(e, "sqlstate", None)

@@ -19,6 +19,7 @@ Policy reference: evaluation-notes.md section 4 (least-privilege role, engine-si
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import threading
@@ -34,18 +35,25 @@ REPLICA_PREFIX = "pq_"
 _SAFE_NAME = re.compile(r"[^0-9A-Za-z_]")
 
 
-def replica_name(dataset: str, db_id: str, prefix: str = REPLICA_PREFIX) -> str:
+def replica_name(dataset: str, db_id: str, prefix: str = REPLICA_PREFIX, tag: str = "") -> str:
     """Name of the replica of ``(dataset, db_id)`` on a server engine.
 
-    Returns ``pq_<dataset>_<db_id>`` with characters outside ``[0-9A-Za-z_]`` replaced by ``_``
-    (case kept: MariaDB here runs with ``lower_case_table_names=0``, so database names are
-    case-sensitive, and PostgreSQL schema names are quoted everywhere). At most 63 characters
-    (PostgreSQL NAMEDATALEN-1; MySQL allows 64). Raises ValueError when longer.
+    Returns ``pq_<dataset>_<db_id>[_<tag>]`` in lower case with characters outside
+    ``[0-9a-z_]`` replaced by ``_`` (lower case: a MariaDB with ``lower_case_table_names=1``
+    stores database names in lower case, PostgreSQL folds unquoted names; ``tag`` is the copy's
+    content/namespace tag, so two runs or two contents never share a name). At most 63
+    characters (PostgreSQL NAMEDATALEN-1; MySQL allows 64): a longer dataset/db_id part is cut
+    and a hash of the full name keeps it unique.
     """
-    name = prefix + _SAFE_NAME.sub("_", dataset) + "_" + _SAFE_NAME.sub("_", db_id)
-    if len(name) > 63:
-        raise ValueError(f"replica name too long for a server identifier: {name!r}")
-    return name
+    base = prefix + _SAFE_NAME.sub("_", dataset) + "_" + _SAFE_NAME.sub("_", db_id)
+    base = base.lower()
+    suffix = f"_{tag.lower()}" if tag else ""
+    if len(base) + len(suffix) > 63:
+        if not tag:
+            raise ValueError(f"replica name too long for a server identifier: {base!r}")
+        h = hashlib.sha256(base.encode()).hexdigest()[:6]
+        base = base[:63 - len(suffix) - 7] + "_" + h
+    return base + suffix
 
 
 def resolve_secret(env: str | None = None, file: str | None = None) -> str | None:
@@ -305,32 +313,57 @@ def denied_function(sql: str, dialect: str, denied: frozenset[str]) -> str | Non
     return None
 
 
-def precheck(sql: str | None, dialect: str, denied: frozenset[str]):
+def precheck(sql: str | None, dialect: str, denied: frozenset[str], limits=None,
+             send_unmodified: bool = False, denied_text: tuple[str, ...] = ()):
     """Client-side checks before an untrusted statement reaches a server.
 
+    0. Length: longer than ``limits.max_sql_chars`` -> REJECTED unparsed.
     1. The shared statement guard (``engines/guard.check_statement``): exactly one
        SELECT/WITH statement (``reject`` -> REJECTED, ``empty`` -> EMPTY; ``defer`` lets the
        server judge, which still runs it read-only as the reader role).
-    2. The engine's denied functions (file/program/session access), as defence in depth:
+    2. ``denied_text``: words refused anywhere in the ASCII-folded, lower-cased text
+       (:func:`ascii_fold`), for objects no privilege can hide.
+    3. The engine's denied functions (file/program/session access), as defence in depth:
        privileges of the reader role refuse them too, except MySQL ``LOAD_FILE`` which
        returns NULL instead of failing without the FILE privilege.
 
-    Returns ``(None, sql_to_send)`` when the statement may run - the single statement cut
-    out of surrounding ``;`` and trailing comments (a server-side cursor refuses a trailing
-    ``;``) - else ``((ExecStatus, message), None)``.
+    Returns ``(None, sql_to_send)`` when the statement may run - ``sql`` itself when
+    ``send_unmodified``, else the single statement cut out of surrounding ``;`` and trailing
+    comments (a PostgreSQL server-side cursor refuses a trailing ``;``) - else
+    ``((ExecStatus, message), None)``.
     """
     from polysql_ray.engines.base import ExecStatus
     from polysql_ray.engines.guard import check_statement
 
+    too_long = limits.refuse_length(sql) if limits is not None else None
+    if too_long is not None:
+        return (too_long.status, too_long.error), None
     verdict = check_statement(sql, dialect)
     if verdict.action == "empty":
         return (ExecStatus.EMPTY, verdict.message or "no SQL to run"), None
     if verdict.action == "reject":
         return (ExecStatus.REJECTED, verdict.message), None
+    if denied_text:
+        folded = ascii_fold(sql)
+        for word in denied_text:
+            if word in folded:
+                return (ExecStatus.REJECTED, f"{word!r} is not allowed in the sandbox"), None
     name = denied_function(sql, dialect, denied)
     if name is not None:
         return (ExecStatus.REJECTED, f"function {name}() is not allowed in the sandbox"), None
-    return None, single_statement_text(sql, dialect) if verdict.action == "pass" else sql
+    if send_unmodified or verdict.action != "pass":
+        return None, sql
+    return None, single_statement_text(sql, dialect)
+
+
+def ascii_fold(text: str) -> str:
+    """Lower-case ASCII skeleton of ``text`` (NFKD, marks and non-ASCII dropped, dotless i and
+    long s mapped), so ``PROCESSLİST`` or full-width letters match ``processlist`` as a
+    case- and accent-insensitive server collation would."""
+    import unicodedata
+
+    text = text.replace("\u0131", "i").replace("\u017f", "s")
+    return unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
 
 
 def single_statement_text(sql: str, dialect: str) -> str:

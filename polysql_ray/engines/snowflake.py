@@ -112,11 +112,11 @@ def classify_error(errno: int | None, sqlstate: str | None, message: str = "") -
     return classify(sqlstate, {}, SQLSTATE_STATUS, S.RUNTIME)
 
 
-def schema_name(dataset: str, db_id: str) -> str:
-    """Replica schema ``PQ_<DATASET>_<DB_ID>`` (upper case: resolves unquoted)."""
+def schema_name(dataset: str, db_id: str, tag: str = "") -> str:
+    """Replica schema ``PQ_<DATASET>_<DB_ID>[_<TAG>]`` (upper case: resolves unquoted)."""
     from polysql_ray.engines.servers import replica_name
 
-    return replica_name(dataset, db_id).upper()
+    return replica_name(dataset, db_id, tag=tag).upper()
 
 
 def connect(settings: ServerSettings, admin: bool = False, timeout_s: float | None = None):

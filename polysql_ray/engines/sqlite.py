@@ -56,6 +56,8 @@ DENIED_FUNCTIONS: frozenset[str] = frozenset({"load_extension", "readfile", "wri
 #: (lower-case message substring, status), first match wins; no match -> RUNTIME.
 ERROR_TABLE: tuple[tuple[str, ExecStatus], ...] = (
     ("not authorized", ExecStatus.REJECTED),
+    ("prohibited", ExecStatus.REJECTED),          # authorizer SQLITE_DENY on a column read
+    ("authorization denied", ExecStatus.REJECTED),
     ("readonly database", ExecStatus.REJECTED),
     ("one statement at a time", ExecStatus.REJECTED),
     ("unable to open database", ExecStatus.UNAVAILABLE),
@@ -184,7 +186,7 @@ class SqliteEngine:
     def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
         """Run one untrusted statement read-only (see module docstring). Never raises."""
         t0 = time.perf_counter()
-        refusal = embedded_refusal(sql, self.dialect, location)
+        refusal = embedded_refusal(sql, self.dialect, location, limits)
         if refusal is not None:
             return refusal
         with self._lock:

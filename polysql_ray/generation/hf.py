@@ -150,6 +150,22 @@ class HFGenerator:
             results.append((text, finish if n >= 1 else "stop", prompt_tokens, n))
         return results
 
+    def chat(self, message_lists: Sequence[list[dict]]) -> list[Prediction]:
+        """Free-form chat completions (the judge job): one Prediction per message list, same
+        order, the reply text in ``raw_output`` (batches of ``batch_size``)."""
+        if not message_lists:
+            return []
+        self._load()
+        texts = [self._chat_text(list(m)) for m in message_lists]
+        out: list[Prediction] = []
+        for start in range(0, len(texts), self.batch_size):
+            t0 = time.perf_counter()
+            res = self._run_batch(texts[start:start + self.batch_size])
+            per = (time.perf_counter() - t0) / len(res)
+            out += [prediction_from_output(str(start + k), text, finish, pt, ct, per)
+                    for k, (text, finish, pt, ct) in enumerate(res)]
+        return out
+
     def generate(self, examples: Sequence[Example], dialect: str, instruction_level: str) -> list[Prediction]:
         """One Prediction per example, same order (batches of ``batch_size``).
 

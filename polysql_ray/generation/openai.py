@@ -201,6 +201,17 @@ class OpenAIGenerator:
                           error=f"{last} (after {attempt + 1} attempt(s))",
                           latency_s=time.perf_counter() - t0)
 
+    def chat(self, message_lists: Sequence[list[dict]]) -> list[Prediction]:
+        """Free-form chat completions (the judge job): one Prediction per message list, same
+        order, the reply text in ``raw_output``; a dead server after retries gives
+        ``GenStatus.ERROR`` for that item. At most ``concurrency`` requests in flight."""
+        if not message_lists:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(message_lists)),
+                                thread_name_prefix="openai-chat") as pool:
+            futures = [pool.submit(self._one, str(i), list(m)) for i, m in enumerate(message_lists)]
+            return [f.result() for f in futures]
+
     # -- Generator protocol -----------------------------------------------------------
 
     def generate(self, examples: Sequence[Example], dialect: str, instruction_level: str) -> list[Prediction]:

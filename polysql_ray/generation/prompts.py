@@ -27,12 +27,13 @@ from pathlib import Path
 
 import yaml
 
-from polysql_ray.datasets.example import Example
+from polysql_ray.datasets.example import Example, SourceDatabase
 from polysql_ray.generation import schema_ddl
 from polysql_ray.generation.schema_ddl import ColumnSpec, ForeignKeySpec, SchemaSpec, TableSpec
+from polysql_ray.replication.base import ReplicationError
 
 #: Bump on any change to the templates below or to the rules-file format.
-TEMPLATE_VERSION = "1"
+TEMPLATE_VERSION = "2"
 
 RULES_DIR = Path(__file__).with_name("dialect_rules")
 
@@ -60,17 +61,18 @@ GUIDANCE_SECTIONS: dict[str, tuple[str, ...]] = {"1": (), "2": ("rules",), "3": 
 
 #: The worked example's schema (levels X3), rendered in the target dialect like any schema.
 EXAMPLE_SCHEMA = SchemaSpec(tables=(
-    TableSpec("departments", (
-        ColumnSpec("department_id", "INTEGER", not_null=True, pk=1, logical_type="BIGINT"),
-        ColumnSpec("name", "TEXT", logical_type="VARCHAR"),
-    )),
-    TableSpec("employees", (
-        ColumnSpec("employee_id", "INTEGER", not_null=True, pk=1, logical_type="BIGINT"),
-        ColumnSpec("first_name", "TEXT", logical_type="VARCHAR"),
-        ColumnSpec("last_name", "TEXT", logical_type="VARCHAR"),
-        ColumnSpec("hire_date", "TEXT", logical_type="VARCHAR"),
-        ColumnSpec("department_id", "INTEGER", logical_type="BIGINT"),
-    ), (ForeignKeySpec(("department_id",), "departments", ("department_id",)),)),
+    TableSpec("departments", [
+        ColumnSpec("department_id", "INTEGER", "INTEGER", not_null=True),
+        ColumnSpec("name", "TEXT", "VARCHAR"),
+    ], primary_key=("department_id",)),
+    TableSpec("employees", [
+        ColumnSpec("employee_id", "INTEGER", "INTEGER", not_null=True),
+        ColumnSpec("first_name", "TEXT", "VARCHAR"),
+        ColumnSpec("last_name", "TEXT", "VARCHAR"),
+        ColumnSpec("hire_date", "TEXT", "VARCHAR"),
+        ColumnSpec("department_id", "INTEGER", "INTEGER"),
+    ], primary_key=("employee_id",),
+        foreign_keys=(ForeignKeySpec(("department_id",), "departments", ("department_id",)),)),
 ))
 
 
@@ -168,23 +170,26 @@ class RenderedPrompt:
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_sqlite_schema(path: str, mtime_ns: int, sample_rows: int) -> SchemaSpec:
-    return schema_ddl.read_sqlite_schema(path, sample_rows=sample_rows)
+def _cached_schema(database: SourceDatabase, stamp: int, sample_rows: int) -> SchemaSpec:
+    return schema_ddl.read_schema(database, sample_rows=sample_rows)
 
 
 def schema_for_example(example: Example, sample_rows: int = 0) -> SchemaSpec:
-    """The source database's schema for ``example`` (cached per file and modification time).
+    """The source database's schema for ``example``, read by its engine's replication reader
+    (SQLite, MySQL ...; cached per database and, for files, modification time).
 
     Raises:
-        ValueError: the source engine is not ``sqlite`` (only SQLite sources are read here).
-        FileNotFoundError: the database file is absent.
+        FileNotFoundError: a file source is absent.
+        ReplicationError: the source cannot be read (no reader for its engine, server down).
     """
-    if example.database.engine != "sqlite":
-        raise ValueError(f"schema reading supports sqlite sources, not {example.database.engine!r}")
-    p = Path(example.database.location)
-    if not p.is_file():
-        raise FileNotFoundError(f"source database missing: {p}")
-    return _cached_sqlite_schema(str(p), p.stat().st_mtime_ns, sample_rows)
+    db = example.database
+    stamp = 0
+    if db.engine in ("sqlite", "duckdb"):
+        p = Path(db.location)
+        if not p.is_file():
+            raise FileNotFoundError(f"source database missing: {p}")
+        stamp = p.stat().st_mtime_ns
+    return _cached_schema(db, stamp, sample_rows)
 
 
 def _rules_section(rules: DialectRules) -> str:
@@ -320,7 +325,7 @@ def render_all(examples, dialect: str, level: str, sample_rows: int = 0):
             if not ex.database.exists:
                 raise FileNotFoundError(ex.gold_error or f"source database {ex.db_id!r} is missing")
             prompts.append(prompt_for(ex, dialect, level, sample_rows))
-        except (OSError, ValueError, sqlite3.Error) as e:
+        except (OSError, ValueError, sqlite3.Error, ReplicationError) as e:
             prompts.append(None)
             errors[i] = f"cannot build prompt: {type(e).__name__}: {e}"
     return prompts, errors

@@ -79,7 +79,15 @@ class ReplayGenerator:
         self.allow_partial = bool(allow_partial)
         self.strip_semicolon = bool(strip_semicolon)
         data = self.path.read_bytes()
-        text = data.decode(encoding)
+        try:
+            text = data.decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise ReplayError(f"prediction file {self.path} for model {model!r} is not {encoding} text "
+                              f"(byte {exc.start}: {data[exc.start:exc.start + 1]!r}; a binary file?); "
+                              f"give a .sql/.txt file with one query per line or a .jsonl file") from None
+        if "\x00" in text:
+            raise ReplayError(f"prediction file {self.path} for model {model!r} contains NUL bytes "
+                              f"(offset {text.index(chr(0))}; a binary file?); give a text file")
         if text.startswith("\ufeff"):
             text = text[1:]
         self.format = format if format != "auto" else _sniff(text, self.path)
@@ -178,7 +186,7 @@ class ReplayGenerator:
 
 def resolve_path(predictions: str | Path) -> Path:
     """A filesystem path, or ``pkg:<package>/<relative path>`` for a file shipped inside a
-    Python package (``pkg:polysql_ray.quickstart/data/perfect.jsonl``), so configs can name
+    Python package (``pkg:polysql_ray.quickstart/data/rewritten.jsonl``), so configs can name
     the quickstart predictions without knowing where the package is installed."""
     s = str(predictions)
     if s.startswith("pkg:"):

@@ -1,42 +1,48 @@
-"""Render a source database's schema as CREATE TABLE statements of the *target* dialect.
+"""Render a source database's schema as the CREATE TABLE statements of each target's replica.
 
-The model must see the same schema in every dialect (evaluation-notes.md section 3: a
-schema that differs per dialect confounds the dialect gap). So:
+The model must see the schema its SQL will run on (evaluation-notes.md section 3): the names
+the replica really has and the types it really has. So:
 
-* the schema is read once from the SOURCE SQLite database (``PRAGMA table_info`` /
-  ``PRAGMA foreign_key_list``) into a dialect-free :class:`SchemaSpec` with the exact
-  identifiers;
-* each column's *logical* type is chosen exactly as replication chooses it
-  (``polysql_ray.replication.typemap.sqlite_logical_type``: declared type affinity plus the
-  storage classes really present), so the prompt shows the type the replicated column has;
-* each table becomes one canonical sqlglot expression tree (``exp.Create``); a column's type
-  node is the replication target type (``typemap.TARGET_TYPES[dialect]``) where replication
-  defines one, else :data:`LOGICAL_TO_SQLGLOT`;
-* sqlglot renders that one tree per dialect (``DOUBLE`` -> ``DOUBLE PRECISION`` in PostgreSQL,
-  ``FLOAT64`` in BigQuery, ``Float64`` in ClickHouse ...). Every identifier is quoted with the
-  dialect's quote character, so names are byte-identical across dialects (and PostgreSQL /
-  Snowflake case folding cannot change them); PRIMARY KEY and FOREIGN KEY clauses appear in
-  every dialect. The DDL is informational (a prompt), not executed: e.g. ClickHouse gets no
-  ``ENGINE`` clause and BigQuery keys are shown without ``NOT ENFORCED``.
+* the schema is read once per source by that engine's replication reader
+  (``replication.base.get_reader(engine).read_schema``: SQLite, MySQL ...), into the one
+  schema model the project has (``replication.base.TableSpec`` / ``ColumnSpec``: exact names,
+  declared and logical types, keys);
+* each name becomes the name the target's replica stores
+  (``engines.identifiers.replica_name_for``: folded to lower case for PostgreSQL when the
+  source resolves it case-insensitively) and is written *unquoted wherever an unquoted
+  reference resolves* (quoted only for non-regular names, reserved words, or a case the target
+  would fold away), so the schema text is the same across dialects wherever they allow it;
+* each column's type is the replica's type: ``typemap.target_type`` where replication defines
+  the target (DuckDB, PostgreSQL, MySQL, ClickHouse), else :data:`LOGICAL_TO_SQLGLOT`
+  rendered by sqlglot (``DOUBLE`` -> ``FLOAT64`` in BigQuery ...); declared types are kept
+  where replication keeps them (``replication.types: declared``);
+* PRIMARY KEY and FOREIGN KEY clauses appear in every dialect (informational DDL, never run:
+  ClickHouse gets no ``ENGINE`` clause, BigQuery keys are shown without ``NOT ENFORCED``).
 
-Sources: SQLite "Datatypes In SQLite" section 3.1 (affinity rules, used for the type map);
-PolySQL arXiv 2605.07796 (prompt contains the target-dialect schema).
+Sources: PolySQL arXiv 2605.07796 (prompt contains the target-dialect schema); the engines'
+identifier rules in ``engines/identifiers.py``.
 """
 from __future__ import annotations
 
-import re
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlglot import exp
 
+from polysql_ray.datasets.example import SourceDatabase
+from polysql_ray.engines.identifiers import IDENTIFIER_RULES, replica_name_for
 from polysql_ray.replication import typemap
+from polysql_ray.replication.base import ColumnSpec, ForeignKeySpec, TableSpec, get_reader
+
+__all__ = ["ColumnSpec", "ForeignKeySpec", "TableSpec", "SchemaSpec", "read_schema",
+           "read_sqlite_schema", "render_create_table", "render_schema", "column_type"]
 
 #: Logical type (replication.typemap) -> canonical sqlglot type, for dialects that
 #: replication.typemap.TARGET_TYPES does not cover (sqlite, snowflake, bigquery ...).
 LOGICAL_TO_SQLGLOT: dict[str, str] = {
     "BIGINT": "BIGINT",
+    "INTEGER": "INT",
+    "SMALLINT": "SMALLINT",
     "DOUBLE": "DOUBLE",
     "VARCHAR": "TEXT",
     "BLOB": "BLOB",
@@ -48,98 +54,46 @@ LOGICAL_TO_SQLGLOT: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class ColumnSpec:
-    """One column as declared in the source database.
-
-    Attributes:
-        name: exact identifier.
-        declared_type: the source's declared type text (``varchar(20)``, ``REAL``, "").
-        not_null: declared NOT NULL.
-        pk: 1-based position in the primary key, 0 when not part of it.
-        logical_type: replication's logical type (``BIGINT``, ``DOUBLE``, ``VARCHAR``, ``BLOB``
-            ...); "" means "from the declared type alone" (all-NULL / unknown values).
-        precision / scale: for a ``DECIMAL`` logical type.
-    """
-
-    name: str
-    declared_type: str = ""
-    not_null: bool = False
-    pk: int = 0
-    logical_type: str = ""
-    precision: int | None = None
-    scale: int | None = None
-
-
-@dataclass(frozen=True)
-class ForeignKeySpec:
-    """A (possibly composite) foreign key.
-
-    Attributes:
-        columns: referencing columns of this table, in key order.
-        ref_table: referenced table (exact identifier).
-        ref_columns: referenced columns, same length as ``columns``.
-    """
-
-    columns: tuple[str, ...]
-    ref_table: str
-    ref_columns: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """One table: columns in declaration order and its foreign keys."""
-
-    name: str
-    columns: tuple[ColumnSpec, ...]
-    foreign_keys: tuple[ForeignKeySpec, ...] = ()
-
-    @property
-    def primary_key(self) -> tuple[str, ...]:
-        """Primary-key column names in key order (empty when none)."""
-        return tuple(c.name for c in sorted((c for c in self.columns if c.pk), key=lambda c: c.pk))
-
-
-@dataclass(frozen=True)
 class SchemaSpec:
-    """A dialect-free database schema.
+    """A source database's schema (the replication model) plus optional sample rows.
 
     Attributes:
-        tables: tables in the source's creation order.
+        tables: ``replication.base.TableSpec`` in the source's order (treat as read-only).
+        source_engine: the engine the schema was read from (decides name resolution).
         sample_rows: optional ``{table: [row tuple, ...]}`` read from the source.
     """
 
     tables: tuple[TableSpec, ...]
+    source_engine: str = "sqlite"
     sample_rows: dict = field(default_factory=dict, compare=False, hash=False)
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _logical_type(con: sqlite3.Connection, table: str, column: str, declared: str) -> str:
-    """Replication's logical type of one column: declared affinity + stored storage classes."""
-    q, qc = _q(table), _q(column)
-    classes = {r[0] for r in con.execute(f"SELECT DISTINCT typeof({qc}) FROM {q}") if r[0] != "null"}
-    max_abs = None
-    if "integer" in classes:
-        lo, hi = con.execute(f"SELECT min({qc}), max({qc}) FROM {q} WHERE typeof({qc})='integer'").fetchone()
-        max_abs = max(abs(lo), abs(hi))
-    return typemap.sqlite_logical_type(declared, classes, max_abs)[0]
-
-
-def read_sqlite_schema(path: str | Path, sample_rows: int = 0) -> SchemaSpec:
-    """Read the schema of a SQLite database file (read-only).
+def read_schema(source: SourceDatabase, sample_rows: int = 0, types: str = "declared",
+                settings: dict | None = None) -> SchemaSpec:
+    """Read a source database's schema with its engine's replication reader.
 
     Args:
-        path: the ``.sqlite`` file.
-        sample_rows: rows per table to read for the prompt (0: none). Rows come in the
-            table's storage order (``SELECT * ... LIMIT n``), deterministic for a given file.
+        source: the source database (any engine with a reader in ``replication.base.READERS``).
+        sample_rows: rows per table to read for the prompt (0: none), in storage order.
+        types: ``declared`` or ``storage`` (as ``replication.types``).
+        settings: connection settings of a server source.
 
-    Returns:
-        A :class:`SchemaSpec` with exact identifiers, each column's logical type as
-        replication will choose it (one scan per column: cache the result per database), tables in ``sqlite_master`` order
-        (internal ``sqlite_%`` tables skipped). A foreign key that names no referenced
-        columns refers to the referenced table's primary key.
+    Raises:
+        ReplicationError: the source is missing or unreadable (or has no reader).
+    """
+    reader = get_reader(source.engine, settings)
+    tables, _ = reader.read_schema(source, types=types)
+    samples: dict[str, list[tuple]] = {}
+    if sample_rows > 0:
+        for t in tables:
+            batch = next(iter(reader.batches(source, t, batch_rows=sample_rows)), None)
+            rows = list(zip(*[c.to_pylist() for c in batch.columns])) if batch is not None else []
+            samples[t.name] = rows[:sample_rows]
+    return SchemaSpec(tuple(tables), source.engine, samples)
+
+
+def read_sqlite_schema(path: str | Path, sample_rows: int = 0, types: str = "declared") -> SchemaSpec:
+    """:func:`read_schema` of one SQLite file (read-only).
 
     Raises:
         FileNotFoundError: when the file does not exist (sqlite3 would create it otherwise).
@@ -147,71 +101,66 @@ def read_sqlite_schema(path: str | Path, sample_rows: int = 0) -> SchemaSpec:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"SQLite database not found: {path}")
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        con.text_factory = lambda b: b.decode("utf-8", errors="replace")
-        names = [r[0] for r in con.execute(
-            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid")]
-        cols: dict[str, tuple[ColumnSpec, ...]] = {}
-        for t in names:
-            specs = []
-            for r in con.execute(f"PRAGMA table_info({_q(t)})").fetchall():
-                specs.append(ColumnSpec(name=r[1], declared_type=r[2] or "", not_null=bool(r[3]),
-                                        pk=int(r[5]), logical_type=_logical_type(con, t, r[1], r[2] or "")))
-            cols[t] = tuple(specs)
-        tables = []
-        samples: dict[str, list[tuple]] = {}
-        for t in names:
-            fk_rows: dict[int, list] = {}
-            for r in con.execute(f"PRAGMA foreign_key_list({_q(t)})"):
-                # id, seq, table, from, to, on_update, on_delete, match
-                fk_rows.setdefault(r[0], []).append(r)
-            fks = []
-            for _, rows in sorted(fk_rows.items()):
-                rows.sort(key=lambda r: r[1])
-                ref = rows[0][2]
-                to = [r[4] for r in rows]
-                if any(x is None for x in to):  # REFERENCES t  -> t's primary key
-                    ref_pk = tuple(c.name for c in sorted((c for c in cols.get(ref, ()) if c.pk), key=lambda c: c.pk))
-                    to = list(ref_pk) if len(ref_pk) == len(rows) else [r[3] for r in rows]
-                fks.append(ForeignKeySpec(tuple(r[3] for r in rows), ref, tuple(to)))
-            tables.append(TableSpec(t, cols[t], tuple(fks)))
-            if sample_rows > 0:
-                samples[t] = con.execute(f"SELECT * FROM {_q(t)} LIMIT ?", (sample_rows,)).fetchall()
-        return SchemaSpec(tuple(tables), samples)
-    finally:
-        con.close()
+    return read_schema(SourceDatabase("-", path.stem, "sqlite", str(path)), sample_rows, types)
+
+
+def _namer(schema: SchemaSpec, dialect: str):
+    """``(name, kind, siblings) -> identifier node`` with the replica's name, quoted only when
+    an unquoted reference would not resolve to it in ``dialect``."""
+    rules = IDENTIFIER_RULES.get(dialect)
+
+    def ident(name: str, kind: str, siblings: list[str]) -> exp.Identifier:
+        stored = name
+        if rules is not None and schema.source_engine in IDENTIFIER_RULES:
+            stored, _ = replica_name_for(name, kind, schema.source_engine, dialect, siblings)
+        plain = exp.to_identifier(stored).sql(dialect=dialect)
+        quoted = (rules.needs_quotes(stored) if rules is not None else True) or plain != stored
+        return exp.to_identifier(stored, quoted=quoted)
+
+    return ident
 
 
 def column_type(column: ColumnSpec, dialect: str) -> exp.DataType:
-    """The type node of one column for ``dialect``.
-
-    The logical type (or, when empty, ``typemap.sqlite_default_logical(declared_type)``)
-    becomes the replication target type text of ``dialect`` when
-    ``typemap.TARGET_TYPES`` has one (parsed in that dialect, so it renders back the same),
-    else the canonical :data:`LOGICAL_TO_SQLGLOT` type that sqlglot renders per dialect.
-
-    Returns:
-        A ``sqlglot.exp.DataType``.
-    """
+    """The type node of one column for ``dialect``: the replica's type text where replication
+    defines the target (``typemap.target_type``, parsed in that dialect so it renders back the
+    same), else the canonical :data:`LOGICAL_TO_SQLGLOT` type that sqlglot renders per dialect."""
     logical = column.logical_type or typemap.sqlite_default_logical(column.declared_type)
-    target = typemap.TARGET_TYPES.get(dialect, {}).get(logical)
-    if target is not None:
-        if logical == "DECIMAL" and column.precision:
-            target = f"{target}({column.precision},{column.scale or 0})"
-        return exp.DataType.build(target, dialect=dialect)
+    if logical in typemap.TARGET_TYPES.get(dialect, {}):
+        spec = column if column.logical_type else ColumnSpec(column.name, column.declared_type, logical)
+        return exp.DataType.build(typemap.target_type(dialect, spec), dialect=dialect)
     text = LOGICAL_TO_SQLGLOT[logical]
     if logical == "DECIMAL" and column.precision:
         text = f"DECIMAL({column.precision},{column.scale or 0})"
+    elif logical == "VARCHAR" and column.length:
+        text = f"VARCHAR({column.length})"
     return exp.DataType.build(text)
 
 
-def table_expression(table: TableSpec, dialect: str) -> exp.Create:
-    """The ``CREATE TABLE`` tree of one table; only type nodes depend on ``dialect``.
+def _resolved_fk(table: TableSpec, fk: ForeignKeySpec, by_name: dict[str, TableSpec]):
+    """(child columns, parent table, parent columns) as the source resolves them."""
+    from polysql_ray.replication.constraints import resolve_foreign_key
 
-    Columns keep their exact names and order; NOT NULL, PRIMARY KEY (table constraint, key
-    order) and FOREIGN KEY ... REFERENCES clauses are always present when declared.
+    _, parent, pcols, ccols, problem = resolve_foreign_key(table, fk, by_name)
+    if problem or parent is None:
+        return list(fk.columns), fk.ref_table, list(fk.ref_columns or fk.columns)
+    return ccols, parent, pcols
+
+
+def table_expression(table: TableSpec, dialect: str, schema: SchemaSpec | None = None) -> exp.Create:
+    """The ``CREATE TABLE`` tree of one table as ``dialect``'s replica has it.
+
+    Columns keep their order; NOT NULL, PRIMARY KEY (table constraint, key order) and
+    FOREIGN KEY ... REFERENCES clauses are always present when declared.
     """
+    schema = schema or SchemaSpec((table,))
+    ident = _namer(schema, dialect)
+    by_name = {t.name: t for t in schema.tables}
+    table_names = [t.name for t in schema.tables]
+
+    def col(t: TableSpec, name: str) -> exp.Identifier:
+        real = next((c.name for c in t.columns if c.name.lower() == name.lower()), name)
+        return ident(real, "column", [c.name for c in t.columns])
+
     items: list[exp.Expression] = []
     for c in table.columns:
         kind = column_type(c, dialect)
@@ -219,30 +168,31 @@ def table_expression(table: TableSpec, dialect: str) -> exp.Create:
         if c.not_null:
             kind.set("nullable", False)  # ClickHouse: no Nullable(...) wrapper
             constraints.append(exp.ColumnConstraint(kind=exp.NotNullColumnConstraint()))
-        items.append(exp.ColumnDef(this=exp.to_identifier(c.name, quoted=True), kind=kind,
-                                   constraints=constraints or None))
+        items.append(exp.ColumnDef(this=col(table, c.name), kind=kind, constraints=constraints or None))
     if table.primary_key:
-        items.append(exp.PrimaryKey(expressions=[exp.to_identifier(n, quoted=True) for n in table.primary_key]))
+        items.append(exp.PrimaryKey(expressions=[col(table, n) for n in table.primary_key]))
     for fk in table.foreign_keys:
+        ccols, parent, pcols = _resolved_fk(table, fk, by_name)
+        ptable = by_name.get(parent)
         items.append(exp.ForeignKey(
-            expressions=[exp.to_identifier(n, quoted=True) for n in fk.columns],
+            expressions=[col(table, n) for n in ccols],
             reference=exp.Reference(this=exp.Schema(
-                this=exp.Table(this=exp.to_identifier(fk.ref_table, quoted=True)),
-                expressions=[exp.to_identifier(n, quoted=True) for n in fk.ref_columns]))))
-    return exp.Create(this=exp.Schema(this=exp.Table(this=exp.to_identifier(table.name, quoted=True)),
+                this=exp.Table(this=ident(parent, "table", table_names)),
+                expressions=[col(ptable, n) if ptable else ident(n, "column", [n]) for n in pcols]))))
+    return exp.Create(this=exp.Schema(this=exp.Table(this=ident(table.name, "table", table_names)),
                                       expressions=items), kind="TABLE")
 
 
-def render_create_table(table: TableSpec, dialect: str) -> str:
+def render_create_table(table: TableSpec, dialect: str, schema: SchemaSpec | None = None) -> str:
     """``CREATE TABLE`` text of one table in ``dialect`` (a sqlglot dialect name).
 
-    One line per column / key clause, all identifiers quoted with the dialect's quote
-    character. The same tree is rendered for every dialect; only the syntax differs.
+    One line per column / key clause; names as the replica stores them, quoted only where an
+    unquoted reference would not resolve (see module doc).
     """
-    create = table_expression(table, dialect)
-    schema = create.this
-    head = f"CREATE TABLE {schema.this.sql(dialect=dialect, identify=True)} ("
-    body = ",\n".join("  " + e.sql(dialect=dialect, identify=True) for e in schema.expressions)
+    create = table_expression(table, dialect, schema)
+    sch = create.this
+    head = f"CREATE TABLE {sch.this.sql(dialect=dialect)} ("
+    body = ",\n".join("  " + e.sql(dialect=dialect) for e in sch.expressions)
     return f"{head}\n{body}\n);"
 
 
@@ -259,7 +209,7 @@ def render_schema(schema: SchemaSpec, dialect: str, sample_rows: int = 0) -> str
     """The whole schema as target-dialect DDL, optionally with sample rows.
 
     Args:
-        schema: from :func:`read_sqlite_schema`.
+        schema: from :func:`read_schema` / :func:`read_sqlite_schema`.
         dialect: sqlglot dialect name (``sqlite``, ``duckdb``, ``postgres``, ``mysql``,
             ``clickhouse``, ``snowflake``, ``bigquery`` ...).
         sample_rows: rows per table to show (at most those read into ``schema``); shown
@@ -270,7 +220,7 @@ def render_schema(schema: SchemaSpec, dialect: str, sample_rows: int = 0) -> str
     """
     parts = []
     for t in schema.tables:
-        ddl = render_create_table(t, dialect)
+        ddl = render_create_table(t, dialect, schema)
         rows = (schema.sample_rows.get(t.name) or [])[:sample_rows] if sample_rows > 0 else []
         if rows:
             lines = [f"{len(rows)} example rows from {t.name}:", " | ".join(c.name for c in t.columns)]

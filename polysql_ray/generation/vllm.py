@@ -242,6 +242,29 @@ class VLLMGenerator:
             start = end
         return out
 
+    def chat(self, message_lists: Sequence[list[dict]]) -> list[Prediction]:
+        """Free-form chat completions (the judge job): one Prediction per message list, same
+        order, the reply text in ``raw_output``; each replica gets one contiguous shard."""
+        if not message_lists:
+            return []
+        self.start()
+        s = dict(self.sampling.__dict__)
+        shards = self._shards(len(message_lists))
+        msgs = [[list(message_lists[k]) for k in shard] for shard in shards]
+        if self.use_ray:
+            import ray
+
+            replies = ray.get([e.generate.remote(m, s) for e, m in zip(self._engines, msgs)])
+        else:
+            replies = [self._engines[0].generate(msgs[0], s)]
+        out: list[Prediction] = [None] * len(message_lists)  # type: ignore[list-item]
+        for shard, reply in zip(shards, replies):
+            per = reply["wall_s"] / max(1, reply["generated"])
+            for k, res in zip(shard, reply["results"]):
+                out[k] = (Prediction(question_id=str(k), pred_sql="", status=GenStatus.ERROR, error=res)
+                          if isinstance(res, str) else prediction_from_output(str(k), *res, per))
+        return out
+
     def generate(self, examples: Sequence[Example], dialect: str, instruction_level: str) -> list[Prediction]:
         """One Prediction per example, same order; each replica gets one contiguous shard.
 

@@ -21,34 +21,76 @@ from polysql_ray.store.schema import SCORE_SCHEMA
 
 
 class ExecutionActor:
-    """Runs SQL on one engine. Created as a Ray actor by the driver.
+    """Runs SQL on one engine. Created as a Ray actor by the driver (restartable: it holds no
+    state beyond connections, so Ray's ``max_restarts``/``max_task_retries`` can replay a batch).
 
     Args:
         engine: engine name (``sqlite``, ``duckdb`` ...).
         settings: engine settings from ``engines.<name>`` (minus scheduling keys).
-        limits: per-query timeout (s) and row cap.
+        limits: per-query timeout (s), row cap, result bytes, SQL length.
+        retry_s: for engines whose ``UNAVAILABLE`` is transient (servers: connection refused,
+            lost, restarting), how long one outage is retried with exponential backoff before
+            the statement is returned ``UNAVAILABLE`` (stored as ``unavailable``, not a verdict).
+
+    Fault injection (tests only): ``settings["_fault_exit_on"] = SQL`` makes the actor's
+    process exit abruptly when asked to run exactly that text, as an engine crash would.
     """
 
-    def __init__(self, engine: str, settings: dict, limits: dict) -> None:
+    #: Backoff between retries of an unavailable server: first wait, cap (seconds).
+    BACKOFF_S = (0.5, 8.0)
+
+    def __init__(self, engine: str, settings: dict, limits: dict, retry_s: float = 120.0) -> None:
         from polysql_ray.engines.registry import make_engine
 
+        settings = dict(settings)
+        self._fault_exit_on = settings.pop("_fault_exit_on", None)
         self.engine = make_engine(engine, **settings)
         self.limits = Limits(**limits)
+        self.retry_s = float(retry_s) if getattr(self.engine, "transient_unavailable", False) else 0.0
+        self._outage_since: float | None = None
+        self.retries = 0  # executions repeated because the server was unavailable
+
+    def _execute_one(self, location: str, sql: str) -> ExecutionResult:
+        if self._fault_exit_on is not None and sql == self._fault_exit_on:
+            import os
+
+            os._exit(134)  # as if the engine had crashed the process (SIGABRT-like status)
+        try:
+            return self.limits.enforce(self.engine.execute(location, sql, self.limits))
+        except Exception as exc:  # an engine bug must not kill the batch: keep it visible
+            return ExecutionResult.failure(ExecStatus.RUNTIME, f"engine raised {type(exc).__name__}: {exc}")
+
+    def execute_one(self, location: str, sql: str) -> ExecutionResult:
+        """One statement, retrying an unavailable server with backoff within this outage's
+        budget (:attr:`retry_s`, shared by every statement of the actor while the outage lasts)."""
+        delay = self.BACKOFF_S[0]
+        while True:
+            res = self._execute_one(location, sql)
+            if res.status is not ExecStatus.UNAVAILABLE:
+                self._outage_since = None
+                return res
+            now = time.monotonic()
+            if self._outage_since is None:
+                self._outage_since = now
+            left = self._outage_since + self.retry_s - now
+            if left <= 0:
+                return res
+            time.sleep(min(delay, left))
+            self.retries += 1
+            delay = min(delay * 2, self.BACKOFF_S[1])
 
     def execute_batch(self, requests: list[tuple[str, str]]):
         """Run ``[(location, sql), ...]``; returns one ExecutionResult per request followed by a
-        stats dict ``{"n": int, "engine_s": float}`` (``num_returns = len(requests) + 1``)."""
+        stats dict ``{"n": int, "engine_s": float, "retries": int}`` (``num_returns =
+        len(requests) + 1``; ``retries``: repeats of unavailable executions in this batch)."""
         out: list[Any] = []
         engine_s = 0.0
+        retries0 = self.retries
         for location, sql in requests:
             t0 = time.perf_counter()
-            try:
-                res = self.limits.enforce(self.engine.execute(location, sql, self.limits))
-            except Exception as exc:  # an engine bug must not kill the batch: keep it visible
-                res = ExecutionResult.failure(ExecStatus.RUNTIME, f"engine raised {type(exc).__name__}: {exc}")
+            out.append(self.execute_one(location, sql))
             engine_s += time.perf_counter() - t0
-            out.append(res)
-        out.append({"n": len(requests), "engine_s": engine_s})
+        out.append({"n": len(requests), "engine_s": engine_s, "retries": self.retries - retries0})
         return tuple(out)
 
     def ping(self) -> str:
@@ -100,7 +142,7 @@ def score_batch(items: list[dict], result_refs: list, policy: dict) -> pa.Table:
                          else "skipped" if v.basis == "proven" else ExecStatus.EMPTY.value),
             pred_error=_nullable_str(pred.error if pred is not None else None),
             correct=v.correct, verdict=v.verdict, reason=v.reason, basis=v.basis,
-            flags=",".join(v.flags), policy_version=pol.version,
+            flags=",".join(dict.fromkeys((*v.flags, *it.get("_flags", ())))), policy_version=pol.version,
             structural=structural, trail=_trail(structural, pred, v),
             gold_rows=rows_of(gold), pred_rows=rows_of(pred),
             gold_exec_s=(gold.elapsed_s if gold is not None else 0.0),

@@ -1,53 +1,84 @@
 """The EX table printed at the end of a run and written as CSV beside the store.
 
-One row per (model, dataset, dialect, instruction_level):
+It counts exactly as the statistics job and the leaderboard do: the run's rows are read with
+:func:`polysql_ray.statistics.load.load_scores` (one row per question and cell, the latest
+``scored_at`` wins) and counted by :func:`polysql_ray.statistics.ex.ex_table`.
 
-* ``n``: questions; ``gold_errors``: questions whose gold could not run (missing database ...),
-  excluded from ``ex`` because they say nothing about the model;
-* ``correct``; ``ex`` = correct / (n - gold_errors), in percent;
-  ``ex_all`` = correct / n (the convention of published figures that count every question);
-* ``timeouts``: predictions interrupted by the engine timeout; ``ex_no_timeouts`` excludes them
-  from the denominator too (evaluation-notes section 4);
-* ``exec_errors``: predictions that did not execute for another reason (syntax, schema ...);
-* ``proven``: verdicts decided structurally without execution.
+One row per (model, dataset, dialect, instruction_level); :data:`LEGEND` explains every column.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from polysql_ray.statistics.ex import ex_table as _stats_ex_table
+from polysql_ray.statistics.load import CELL, load_scores
 from polysql_ray.store.parquet import ResultsStore
 
-_SQL = """
-SELECT model, dataset, dialect, instruction_level,
-       count(*)                                             AS n,
-       count(*) FILTER (WHERE correct)                      AS correct,
-       count(*) FILTER (WHERE verdict = 'gold_error')       AS gold_errors,
-       round(100.0 * count(*) FILTER (WHERE correct)
-             / nullif(count(*) FILTER (WHERE verdict <> 'gold_error'), 0), 2) AS ex,
-       round(100.0 * count(*) FILTER (WHERE correct) / count(*), 2)          AS ex_all,
-       count(*) FILTER (WHERE reason = 'pred_timeout')      AS timeouts,
-       round(100.0 * count(*) FILTER (WHERE correct)
-             / nullif(count(*) FILTER (WHERE verdict <> 'gold_error' AND reason <> 'pred_timeout'), 0), 2)
-                                                            AS ex_no_timeouts,
-       count(*) FILTER (WHERE verdict = 'fail' AND reason LIKE 'pred_%' AND reason <> 'pred_timeout')
-                                                            AS exec_errors,
-       count(*) FILTER (WHERE basis = 'proven')             AS proven
-FROM scores
-GROUP BY ALL
-ORDER BY dataset, model, instruction_level, dialect
-"""
+#: (column, header on screen, meaning) in table order; the legend printed under the table.
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("model", "model", ""),
+    ("dataset", "dataset", ""),
+    ("dialect", "dialect", ""),
+    ("instruction_level", "level", ""),
+    ("n", "n", "questions in the cell"),
+    ("correct", "correct", "predictions whose result set matches the gold's"),
+    ("gold_errors", "gold err", "questions whose gold SQL could not run (e.g. a missing database); "
+                                "not the model's fault, left out of EX"),
+    ("unavailable", "unavail", "predictions whose target engine was down; left out of EX, rerun to score"),
+    ("ex", "EX", "correct / (n - gold err - unavail), in %"),
+    ("ex_all", "EX all", "correct / n, in % (published figures count every question)"),
+    ("timeouts", "t/o", "predictions stopped by the engine timeout (counted as wrong in EX)"),
+    ("ex_no_timeouts", "EX no t/o", "EX with timeouts also left out of the denominator"),
+    ("exec_errors", "exec err", "predictions that did not execute for another reason "
+                                "(syntax, schema, runtime ...)"),
+    ("proven", "proven", "verdicts proven by the structural check without executing"),
+)
+
+_SCHEMA = pa.schema([(c, pa.string()) if c in (*CELL,) else
+                     (c, pa.float64()) if c in ("ex", "ex_all", "ex_no_timeouts") else (c, pa.int64())
+                     for c, _, _ in COLUMNS])
 
 
-def ex_table(store: ResultsStore, cell_keys: list[str] | None = None) -> pa.Table:
-    """EX table (Arrow) over the stored rows of the given cells (all cells when None)."""
-    scores = store.read(cell_keys=cell_keys)
-    con = duckdb.connect()
-    con.register("scores", scores)
-    return con.sql(_SQL).to_arrow_table()
+def _pct(k: int, n: int) -> float | None:
+    return round(100.0 * k / n, 2) if n else None
+
+
+def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = None) -> pa.Table:
+    """EX table (Arrow, columns of :data:`COLUMNS`) over the stored rows of the given cells.
+
+    Args:
+        store: the results store (or its folder).
+        cell_keys: restrict to these cells (all cells when None).
+
+    Returns:
+        One row per cell, sorted by dataset, model, level, dialect; empty when nothing is stored.
+    """
+    root = store.root if isinstance(store, ResultsStore) else Path(store)
+    if cell_keys is not None and not cell_keys:
+        return _SCHEMA.empty_table()
+    try:
+        con, _ = load_scores(root, cell_keys=cell_keys)
+    except FileNotFoundError:
+        return _SCHEMA.empty_table()
+    try:
+        rows = _stats_ex_table(con, CELL)
+    finally:
+        con.close()
+    out = []
+    for r in rows:
+        counted = r["n"]
+        out.append({
+            **{c: r[c] for c in CELL}, "n": r["n_total"], "correct": r["correct"],
+            "gold_errors": r["gold_errors"], "unavailable": r["unavailable"],
+            "ex": _pct(r["correct"], counted), "ex_all": _pct(r["correct"], r["n_total"]),
+            "timeouts": r["timeouts"], "ex_no_timeouts": _pct(r["correct"], counted - r["timeouts"]),
+            "exec_errors": r["exec_errors"], "proven": r["proven"],
+        })
+    out.sort(key=lambda r: (r["dataset"], r["model"], r["instruction_level"], r["dialect"]))
+    return pa.Table.from_pylist(out, schema=_SCHEMA)
 
 
 def write_csv(table: pa.Table, path: str | Path) -> Path:
@@ -58,18 +89,30 @@ def write_csv(table: pa.Table, path: str | Path) -> Path:
     return path
 
 
-_TEXT = ("model", "dataset", "dialect", "instruction_level")
-_HEADERS = {"instruction_level": "level", "gold_errors": "gold err", "ex_all": "EX all", "ex": "EX",
-            "ex_no_timeouts": "EX no t/o", "exec_errors": "exec err", "timeouts": "t/o"}
+#: Why the gold generator does not score 100% on every dialect (printed under the table).
+GOLD_NOTE = ("gold = the gold SQL itself, run on each target dialect: 100% on the source dialect; "
+             "below 100% elsewhere because the gold was written for the source dialect "
+             "(the gold-portability ceiling; other models' drops include it).")
+
+
+def legend_lines(table: pa.Table) -> list[str]:
+    """The legend printed under the EX table: one line per column, plus the gold note."""
+    lines = [f"{h}: {m}" for c, h, m in COLUMNS if m and c in table.column_names]
+    if "model" in table.column_names and "gold" in set(table.column("model").to_pylist()):
+        lines.append(GOLD_NOTE)
+    return lines
 
 
 def render(table: pa.Table, console, title: str = "Execution accuracy (EX, %)") -> None:
-    """Print the EX table with rich."""
+    """Print the EX table with rich, and its legend under it."""
     from rich.table import Table
 
+    headers = {c: h for c, h, _ in COLUMNS}
     t = Table(title=title)
     for name in table.column_names:
-        t.add_column(_HEADERS.get(name, name), justify="left" if name in _TEXT else "right", no_wrap=True)
+        t.add_column(headers.get(name, name), justify="left" if name in CELL else "right", no_wrap=True)
     for row in table.to_pylist():
         t.add_row(*["" if v is None else str(v) for v in row.values()])
     console.print(t)
+    for line in legend_lines(table):
+        console.print(f"  {line}", highlight=False, soft_wrap=False)

@@ -18,7 +18,7 @@ as text under ``polysql_ray/quickstart/data/``:
 * Prediction files (JSONL keyed by ``question_id``, SQLite dialect), each row with
   ``expect`` (the verdict the team's comparison policy must give on SQLite) and ``why``:
 
-  - ``perfect.jsonl``: every answer right but written differently from the gold (aliases,
+  - ``rewritten.jsonl``: every answer right but written differently from the gold (aliases,
     ``IN`` vs ``OR``, joins as subqueries, ``NOT EXISTS`` vs ``NOT IN``, ``GROUP BY`` vs
     ``DISTINCT``, an extra ORDER BY on an unordered gold, a different order inside ORDER
     BY ties, float sums in another order). Expected: ``pass`` on all 34 (EX 100%).
@@ -56,7 +56,7 @@ from pathlib import Path
 #: db_id -> SQL script file in the package's data folder.
 DATABASES: dict[str, str] = {"shop": "shop.sql", "school": "school.sql"}
 #: prediction set name -> file in the package's data folder.
-PREDICTIONS: dict[str, str] = {"perfect": "perfect.jsonl", "flawed": "flawed.jsonl"}
+PREDICTIONS: dict[str, str] = {"rewritten": "rewritten.jsonl", "flawed": "flawed.jsonl"}
 QUESTIONS = "questions.jsonl"
 #: bumped when the materialized layout (not the data) changes.
 LAYOUT_VERSION = "quickstart-v1"
@@ -69,7 +69,7 @@ def data_dir() -> Path:
 
 
 def prediction_path(name: str) -> Path:
-    """Path of a packaged prediction file (``perfect`` | ``flawed``); KeyError lists names."""
+    """Path of a packaged prediction file (``rewritten`` | ``flawed``); KeyError lists names."""
     if name not in PREDICTIONS:
         raise KeyError(f"unknown quickstart prediction set {name!r}; known: {sorted(PREDICTIONS)}")
     return data_dir() / PREDICTIONS[name]
@@ -99,7 +99,7 @@ def materialize(dest_dir: str | os.PathLike) -> Path:
         dest_dir/questions.jsonl
         dest_dir/database/shop/shop.sqlite
         dest_dir/database/school/school.sqlite
-        dest_dir/predictions/perfect.jsonl, flawed.jsonl
+        dest_dir/predictions/rewritten.jsonl, flawed.jsonl
         dest_dir/MANIFEST.json          {"layout", "content_sha256", "sqlite_version"}
 
     Deterministic (each database is built by running its committed script on an empty

@@ -1,10 +1,12 @@
 """Replication ("backend isomorphism"): copy a source database exactly into a target engine.
 
 PolySQL (arXiv 2605.07796) runs gold SQL on the source database and predicted SQL on the
-*same data* in the target engine. evaluation-notes.md section 3 is binding: identifiers and
-keys are preserved exactly, nothing is added, types are mapped explicitly (SQLite REAL is an
-8-byte float -> DOUBLE), every copy is verified (row counts, per-column checksums) and a copy
-is reused only when its manifest matches.
+*same data* in the target engine, and the copy must *mean* what the source means: names resolve
+as on the source (``engines.identifiers``, applied by ``naming.assign``: a PostgreSQL copy of
+an SQLite source stores folded lower-case names), declared types are kept where every value
+conforms (``typemap``, ``replication.types``), keys are carried, nothing is added, every copy
+is verified (row counts, per-column checksums) and a copy is reused only when its manifest
+matches. Sources install through ``sources.prepare`` (the replication stage's job).
 
 The stage is split into small pieces behind protocols so that sources and targets combine
 freely (sqlite->duckdb today; sqlite->postgres/mysql/clickhouse and mysql->* later):
@@ -25,10 +27,11 @@ plain tables of ``"module:Class"`` strings (imported lazily), so adding a target
 module plus one line here.
 
 Logical types (the vocabulary between readers and writers; see ``typemap.py``):
-``BIGINT`` (64-bit signed int), ``DOUBLE`` (IEEE 8-byte float), ``DECIMAL`` (exact decimal,
-``ColumnSpec.precision``/``scale``), ``VARCHAR`` (UTF-8 text), ``BLOB`` (bytes),
-``BOOLEAN``, ``DATE``, ``TIMESTAMP``. A SQLite source only ever produces BIGINT, DOUBLE, VARCHAR
-and BLOB (SQLite has no other storage classes); the others exist for typed sources (MySQL).
+``SMALLINT``/``INTEGER``/``BIGINT`` (16/32/64-bit signed int), ``DOUBLE`` (IEEE 8-byte
+float), ``DECIMAL`` (exact decimal, ``ColumnSpec.precision``/``scale``), ``VARCHAR`` (UTF-8
+text, ``ColumnSpec.length`` when declared), ``BLOB`` (bytes), ``BOOLEAN``, ``DATE``,
+``TIMESTAMP``. A SQLite source in ``storage`` mode only produces BIGINT, DOUBLE, VARCHAR and
+BLOB (its storage classes); ``declared`` mode keeps the others where the values conform.
 """
 from __future__ import annotations
 
@@ -47,12 +50,14 @@ from polysql_ray.datasets.example import SourceDatabase
 
 #: Version of the replication procedure itself (reader/writer/certificate behaviour). Bump it
 #: whenever a change could make a copy differ; a bump invalidates every existing copy.
-REPLICATION_VERSION = "1"
+REPLICATION_VERSION = "2"
 
 #: Source engine name -> "module:Class" of its :class:`SourceReader`.
 READERS: dict[str, str] = {
     "sqlite": "polysql_ray.replication.sqlite_reader:SqliteReader",
     "mysql": "polysql_ray.replication.mysql_source:MySQLReader",
+    "postgres": "polysql_ray.replication.postgres_source:PostgresReader",
+    "duckdb": "polysql_ray.replication.duckdb_source:DuckDBReader",
 }
 
 #: Target engine name -> "module:Class" of its :class:`TargetWriter`.
@@ -108,6 +113,13 @@ class ColumnSpec:
             manifest; values are never dropped or silently coerced.
         target_type: filled by the writer: the target engine's type text.
         precision, scale: for DECIMAL only.
+        length: declared text length for VARCHAR(n) (None: unbounded).
+        target_name: the name the replica stores (``engines.identifiers.replica_name_for``;
+            None until naming ran, then equal to ``name`` unless the target folds case).
+        fallback: None, or why the declared type was not kept (``replication.types:
+            declared``): how many values did not conform, with ``fallback_examples``.
+        fallback_count: number of stored values that did not conform to the declared type.
+        fallback_examples: up to three such values, as ``repr`` text.
     """
 
     name: str
@@ -119,6 +131,16 @@ class ColumnSpec:
     target_type: str | None = None
     precision: int | None = None
     scale: int | None = None
+    length: int | None = None
+    target_name: str | None = None
+    fallback: str | None = None
+    fallback_count: int = 0
+    fallback_examples: tuple[str, ...] = ()
+
+    @property
+    def stored(self) -> str:
+        """The name in the replica (``target_name``, else the source ``name``)."""
+        return self.target_name or self.name
 
 
 @dataclass
@@ -131,6 +153,8 @@ class TableSpec:
         primary_key: PK column names in key order (empty when none).
         foreign_keys: as declared by the source.
         row_count: rows in the source table (filled by the reader).
+        target_name: the name the replica stores (see ``ColumnSpec.target_name``).
+        schema: the source schema (PostgreSQL/DuckDB sources), None for single-schema sources.
     """
 
     name: str
@@ -138,6 +162,23 @@ class TableSpec:
     primary_key: tuple[str, ...] = ()
     foreign_keys: tuple[ForeignKeySpec, ...] = ()
     row_count: int = 0
+    target_name: str | None = None
+    schema: str | None = None
+
+    @property
+    def stored(self) -> str:
+        """The name in the replica (``target_name``, else the source ``name``)."""
+        return self.target_name or self.name
+
+    def stored_column(self, name: str) -> str:
+        """Replica name of this table's column ``name`` (exact, then case-insensitive match)."""
+        for c in self.columns:
+            if c.name == name:
+                return c.stored
+        for c in self.columns:
+            if c.name.lower() == name.lower():
+                return c.stored
+        return name
 
     def arrow_schema(self) -> pa.Schema:
         """Arrow schema of the batches the reader yields (logical types -> Arrow types)."""
@@ -190,6 +231,13 @@ class Manifest:
         copy_fingerprint: writer-specific fingerprint of the copy (sha256 of the file for
             embedded engines) to detect a copy changed after verification.
         seconds: wall seconds the replication took.
+        types: ``declared`` (declared types kept where every value conforms) or ``storage``.
+        location: where the copy lives (server database/schema name or file path).
+        names: one sentence per table/column name the replica stores differently from the
+            source, and why (every name, changed or not, is in ``tables``: ``name`` ->
+            ``target_name``).
+        server_settings: target-server facts the copy depends on (MySQL
+            ``lower_case_table_names``).
     """
 
     dataset: str
@@ -207,6 +255,10 @@ class Manifest:
     skipped_objects: list[str] = field(default_factory=list)
     copy_fingerprint: str = ""
     seconds: float = 0.0
+    types: str = "declared"
+    location: str = ""
+    names: list[str] = field(default_factory=list)
+    server_settings: dict = field(default_factory=dict)
 
     def reuse_key(self) -> tuple:
         """The fields that must match for a copy to be reused."""
@@ -216,7 +268,14 @@ class Manifest:
             self.target_version,
             self.type_map_version,
             self.replication_version,
+            self.types,
         )
+
+    def content_tag(self, namespace: str = "") -> str:
+        """Short hex tag of :meth:`reuse_key` (+ ``namespace``): server replicas are named with
+        it, so copies with other content or of another run never share a name."""
+        blob = json.dumps([list(self.reuse_key()), namespace]).encode()
+        return hashlib.sha256(blob).hexdigest()[:10]
 
     def to_json(self) -> str:
         """Serialise (stable key order, indented)."""
@@ -228,7 +287,8 @@ class Manifest:
         d = json.loads(text)
         tables = []
         for t in d.pop("tables"):
-            cols = [ColumnSpec(**{**c, "storage_classes": tuple(c["storage_classes"])})
+            cols = [ColumnSpec(**{**c, "storage_classes": tuple(c["storage_classes"]),
+                                  "fallback_examples": tuple(c.get("fallback_examples", ()))})
                     for c in t.pop("columns")]
             fks = tuple(
                 ForeignKeySpec(tuple(f["columns"]), f["ref_table"], tuple(f["ref_columns"]), f["id"])
@@ -282,8 +342,9 @@ class SourceReader(Protocol):
         """Hash identifying the source's content (sha256 hex of the file for SQLite)."""
         ...
 
-    def read_schema(self, source: SourceDatabase) -> tuple[list[TableSpec], list[str]]:
-        """Tables (in source order, logical types chosen) and skipped objects (sentences).
+    def read_schema(self, source: SourceDatabase, types: str = "declared"
+                    ) -> tuple[list[TableSpec], list[str]]:
+        """Tables (in source order, logical types chosen per ``types``) and skipped objects.
 
         Raises :class:`ReplicationError` when the source is missing or unreadable.
         """
@@ -318,8 +379,9 @@ class TargetWriter(Protocol):
         """Target engine version string (part of the reuse key)."""
         ...
 
-    def location_for(self, dataset: str, db_id: str, replicas_dir: Path) -> str:
-        """Where the copy of (dataset, db_id) lives (a path, or a server database name)."""
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "") -> str:
+        """Where the copy of (dataset, db_id) lives (a path, or a server database name that
+        includes ``tag``, the copy's content/namespace tag)."""
         ...
 
     def write(self, location: str, tables: list[TableSpec], source: SourceDatabase,
@@ -377,15 +439,20 @@ def manifest_path_for(target_engine: str, dataset: str, db_id: str, replicas_dir
 
 def replicate(source: SourceDatabase, target_engine: str, replicas_dir: Path | str,
               force: bool = False, settings: dict | None = None,
-              source_settings: dict | None = None) -> Replica:
+              source_settings: dict | None = None, types: str = "declared") -> Replica:
     """Make (or reuse) a verified copy of ``source`` in ``target_engine``.
 
     Reuse: the existing manifest's :meth:`Manifest.reuse_key` (source content hash, target
-    engine + version, type map version, replication version) must equal the fresh key, and
-    the writer's fingerprint of the copy must equal the recorded one; otherwise the copy is
-    rebuilt. A fresh copy is verified by ``certificate.verify`` (row counts and per-column
-    checksums equal on both sides); on mismatch the copy is deleted and
+    engine + version, type map version, replication version, ``types``) must equal the fresh
+    key, and the writer's fingerprint of the copy must equal the recorded one; otherwise the
+    copy is rebuilt. A fresh copy is verified by ``certificate.verify`` (row counts and
+    per-column checksums equal on both sides); on mismatch the copy is deleted and
     :class:`ReplicationError` raised.
+
+    Server replicas are named ``pq_<dataset>_<db_id>_<tag>`` where the tag hashes the reuse key
+    and ``replicas_dir`` (:meth:`Manifest.content_tag`): a run in another results folder, or
+    with other content or type mode, builds its own copy and never drops or overwrites this
+    one. When this folder's previous copy lived elsewhere (content changed), it is dropped.
 
     Args:
         source: the source database (``source.exists`` False -> ReplicationError).
@@ -394,41 +461,56 @@ def replicate(source: SourceDatabase, target_engine: str, replicas_dir: Path | s
         force: rebuild even if a matching copy exists.
         settings: connection settings of a server target (``engines.<target>`` config).
         source_settings: connection settings of a server source (MySQL for SpiderMan).
+        types: ``declared`` (keep declared types whose values all conform) or ``storage``
+            (storage classes only); see ``typemap``.
 
     Returns: the :class:`Replica` (``reused`` tells whether it was reused).
     """
     import time
 
-    from polysql_ray.replication import certificate, typemap
+    from polysql_ray.replication import certificate, naming, typemap
 
     t0 = time.perf_counter()
+    if types not in typemap.TYPE_MODES:
+        raise ReplicationError(f"replication.types must be one of {typemap.TYPE_MODES}, got {types!r}")
     if not source.exists or (source.engine in ("sqlite", "duckdb") and not os.path.exists(source.location)):
         raise ReplicationError(f"source database {source.dataset}/{source.db_id} is missing: {source.location}")
     reader = get_reader(source.engine, source_settings)
     writer = get_writer(target_engine, settings)
     replicas_dir = Path(replicas_dir)
-    location = writer.location_for(source.dataset, source.db_id, replicas_dir)
     mpath = manifest_path_for(target_engine, source.dataset, source.db_id, replicas_dir)
 
     fresh = Manifest(
         dataset=source.dataset, db_id=source.db_id, source_engine=source.engine,
         source_location=str(source.location), source_hash=reader.content_hash(source),
         target_engine=target_engine, target_version=writer.version(),
-        type_map_version=typemap.TYPE_MAP_VERSION, replication_version=REPLICATION_VERSION)
+        type_map_version=typemap.TYPE_MAP_VERSION, replication_version=REPLICATION_VERSION,
+        types=types)
+    tag = fresh.content_tag(str(replicas_dir.resolve()))
+    location = writer.location_for(source.dataset, source.db_id, replicas_dir, tag=tag)
+    fresh.location = location
 
-    if not force and mpath.exists():
+    old = None
+    if mpath.exists():
         try:
             old = Manifest.from_json(mpath.read_text())
         except Exception:  # unreadable manifest: rebuild
             old = None
-        if (old is not None and old.reuse_key() == fresh.reuse_key()
-                and old.copy_fingerprint and writer.fingerprint(location) == old.copy_fingerprint):
-            return Replica(target_engine, source.dataset, source.db_id, location, old, mpath, True)
+    if (not force and old is not None and old.reuse_key() == fresh.reuse_key()
+            and (old.location or location) == location
+            and old.copy_fingerprint and writer.fingerprint(location) == old.copy_fingerprint):
+        return Replica(target_engine, source.dataset, source.db_id, location, old, mpath, True)
 
     mpath.parent.mkdir(parents=True, exist_ok=True)
     if mpath.exists():
         mpath.unlink()  # never leave a manifest that could vouch for a half-built copy
-    tables, skipped = reader.read_schema(source)
+    if old is not None and old.location and old.location != location:
+        writer.drop(old.location)  # this folder's own superseded copy
+    tables, skipped = reader.read_schema(source, types=types)
+    server = getattr(writer, "server_settings", lambda: {})()
+    fresh.server_settings = server
+    fresh.names = naming.assign(tables, source.engine, target_engine,
+                                server.get("lower_case_table_names"))
     try:
         dropped = writer.write(location, tables, source, reader)
         checks = certificate.verify(source, tables, reader, writer, location)
@@ -445,6 +527,29 @@ def replicate(source: SourceDatabase, target_engine: str, replicas_dir: Path | s
     tmp.write_text(fresh.to_json())
     os.replace(tmp, mpath)
     return Replica(target_engine, source.dataset, source.db_id, location, fresh, mpath, False)
+
+
+def drop_replicas(replicas_dir: Path | str, settings: dict[str, dict] | None = None) -> list[str]:
+    """Drop every copy whose manifest lives under ``replicas_dir`` (server schemas/databases
+    included; nothing of another folder is touched) and delete the manifests.
+
+    Args:
+        replicas_dir: the folder ``replicate`` was given.
+        settings: ``{engine: connection settings}`` for server targets (defaults otherwise).
+
+    Returns: the locations dropped.
+    """
+    dropped = []
+    for mpath in sorted(Path(replicas_dir).glob("*/*/*/manifest.json")):
+        try:
+            m = Manifest.from_json(mpath.read_text())
+        except Exception:  # noqa: BLE001 - an unreadable manifest vouches for nothing
+            continue
+        if m.location:
+            get_writer(m.target_engine, (settings or {}).get(m.target_engine)).drop(m.location)
+            dropped.append(m.location)
+        mpath.unlink()
+    return dropped
 
 
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -478,8 +583,9 @@ class FileTargetWriter:
     suffix = ""
     temp_suffixes: tuple[str, ...] = (".tmp",)
 
-    def location_for(self, dataset: str, db_id: str, replicas_dir: Path) -> str:
-        """``<replicas_dir>/<engine>/<dataset>/<db_id>/<db_id><suffix>`` (absolute)."""
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "") -> str:
+        """``<replicas_dir>/<engine>/<dataset>/<db_id>/<db_id><suffix>`` (absolute; the folder
+        already belongs to one run, so ``tag`` is not needed)."""
         return str((Path(replicas_dir) / self.engine / dataset / db_id / f"{db_id}{self.suffix}").resolve())
 
     def fingerprint(self, location: str) -> str:

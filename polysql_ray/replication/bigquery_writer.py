@@ -50,9 +50,9 @@ class BigQueryWriter:
         emulator from Google)."""
         return f"bigquery v2 @ {self.settings.get('api_endpoint') or 'bigquery.googleapis.com'}"
 
-    def location_for(self, dataset: str, db_id: str, replicas_dir: Path) -> str:
-        """Dataset id ``pq_<dataset>_<db_id>``."""
-        return bq.dataset_name(dataset, db_id)
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "") -> str:
+        """Dataset id ``pq_<dataset>_<db_id>_<tag>``."""
+        return bq.dataset_name(dataset, db_id, tag)
 
     def _ref(self, location: str, table: str | None = None) -> str:
         return f"{self.client.project}.{location}" + (f".{table}" if table else "")
@@ -71,26 +71,27 @@ class BigQueryWriter:
             for t in tables:
                 batches = list(reader.batches(source, t))
                 data = pa.Table.from_batches(batches, schema=t.arrow_schema())
+                data = data.rename_columns([c.stored for c in t.columns])
                 schema = []
                 for c, col in zip(t.columns, data.columns):
                     c.target_type = typemap.target_type(self.engine, c)
                     required = c.not_null and col.null_count == 0
                     if c.not_null and not required:
                         dropped.append(f"NOT NULL {t.name}.{c.name}: source holds NULLs")
-                    schema.append(bigquery.SchemaField(c.name, c.target_type.split("(")[0],
+                    schema.append(bigquery.SchemaField(c.stored, c.target_type.split("(")[0],
                                                        mode="REQUIRED" if required else "NULLABLE"))
                 if t.primary_key:
                     dropped.append(f"PRIMARY KEY {t.name}({', '.join(t.primary_key)}): BigQuery keys are not enforced")
                 for fk in t.foreign_keys:
                     dropped.append(f"FOREIGN KEY {t.name}({', '.join(fk.columns)}) REFERENCES {fk.ref_table}: "
                                    f"BigQuery keys are not enforced")
-                self.client.create_table(bigquery.Table(self._ref(location, t.name), schema=schema))
+                self.client.create_table(bigquery.Table(self._ref(location, t.stored), schema=schema))
                 if data.num_rows:
                     buf = io.BytesIO()
                     pq.write_table(data, buf)
                     buf.seek(0)
                     self.client.load_table_from_file(
-                        buf, self._ref(location, t.name), job_config=bigquery.LoadJobConfig(
+                        buf, self._ref(location, t.stored), job_config=bigquery.LoadJobConfig(
                             source_format="PARQUET", schema=schema,
                             write_disposition="WRITE_TRUNCATE")).result()
         except gexc.GoogleAPICallError as e:
@@ -105,7 +106,7 @@ class BigQueryWriter:
         """Certificate side B from the Python values BigQuery returns (via Arrow)."""
         out = {}
         for t in tables:
-            data = self._arrow(location, t.name, [c.name for c in t.columns])
+            data = self._arrow(location, t.stored, [c.stored for c in t.columns])
             acc = ChecksumAccumulator(t)
             acc.add_rows([tuple(r.values()) for r in data.to_pylist()])
             out[t.name] = acc.result()

@@ -11,14 +11,17 @@ Python value each side's driver returns (so no engine's own text rendering is in
 * VARCHAR: the string itself; numbers (source side of a widened column) as their
   shortest round-trip text, the same text the reader loads;
 * BLOB: ``x'<lower hex>'`` of the bytes (text as its UTF-8 bytes);
-* DECIMAL: ``str(Decimal(v).normalize())``; BOOLEAN: ``true``/``false``;
-  DATE/TIMESTAMP: ISO-8601 via ``isoformat()``.
+* INTEGER/SMALLINT as BIGINT; DECIMAL: ``str(Decimal(v).normalize())`` (a stored float via
+  its ``repr``); BOOLEAN: ``true``/``false``; DATE/TIMESTAMP: ISO-8601 via ``isoformat(" ")``,
+  and a source's stored text as is, so a date that would not round-trip to the same text
+  fails the certificate.
 
 Column hash = sum mod 2**64 of the 8-byte BLAKE2b digest of each canonical text (as a
 little-endian integer); NULLs are counted out (``non_null``), not hashed.
 """
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from decimal import Decimal
 from pathlib import Path
@@ -38,7 +41,7 @@ def _num_text(v) -> str:
 
 def canonical_text(value, logical_type: str) -> str:
     """Canonical text of one non-NULL value of a column of ``logical_type`` (see module doc)."""
-    if logical_type == "BIGINT":
+    if logical_type in ("BIGINT", "INTEGER", "SMALLINT"):
         return str(int(value))
     if logical_type == "DOUBLE":
         return repr(float(value))
@@ -51,10 +54,16 @@ def canonical_text(value, logical_type: str) -> str:
             value = _num_text(value).encode("utf-8")
         return "x'" + bytes(value).hex() + "'"
     if logical_type == "DECIMAL":
+        if isinstance(value, float):  # a source's stored float: its shortest decimal text
+            value = repr(value)
         return str(Decimal(value).normalize())
     if logical_type == "BOOLEAN":
         return "true" if value else "false"
     if logical_type in ("DATE", "TIMESTAMP"):
+        if isinstance(value, str):  # a source's stored ISO text (conformance-checked)
+            return value
+        if isinstance(value, dt.datetime):
+            return value.isoformat(sep=" ")
         return value.isoformat()
     raise ReplicationError(f"no canonical text for logical type {logical_type}")
 

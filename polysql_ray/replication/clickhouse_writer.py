@@ -77,7 +77,7 @@ class ClickHouseWriter(FileTargetWriter):
                     if c.not_null and nulls[c.name]:
                         dropped.append(f"NOT NULL {t.name}.{c.name}: source holds {nulls[c.name]} NULLs")
                     c.target_type = f"Nullable({base})" if nullable else base
-                    cols.append((c.name, c.target_type))
+                    cols.append((c.stored, c.target_type))
                 if t.primary_key:
                     dropped.append(f"PRIMARY KEY {t.name}({', '.join(t.primary_key)}): ClickHouse "
                                    f"enforces no uniqueness (a MergeTree key only sorts)")
@@ -85,7 +85,7 @@ class ClickHouseWriter(FileTargetWriter):
                     dropped.append(f"FOREIGN KEY {t.name}({', '.join(fk.columns)}) REFERENCES "
                                    f"{fk.ref_table}({', '.join(fk.ref_columns)}): ClickHouse has no "
                                    f"foreign keys")
-                specs.append({"name": t.name, "file": name, "rows": rows, "columns": cols})
+                specs.append({"name": t.stored, "file": name, "rows": rows, "columns": cols})
                 files[name] = file_sha256(tmp / name)
             spec = {"format": 1, "table_engine": ch.TABLE_ENGINE, "tables": specs, "files": files,
                     "content_id": ch.content_id(files, specs, ch.TABLE_ENGINE)}
@@ -118,9 +118,9 @@ class ClickHouseWriter(FileTargetWriter):
         out = {}
         try:
             for t in tables:
-                cols = ", ".join(ch.quote(c.name) for c in t.columns)
+                cols = ", ".join(ch.quote(c.stored) for c in t.columns)
                 table = ch.arrow_result(con.query(
-                    f"SELECT {cols} FROM {ch.quote(db)}.{ch.quote(t.name)}", "Arrow").bytes())
+                    f"SELECT {cols} FROM {ch.quote(db)}.{ch.quote(t.stored)}", "Arrow").bytes())
                 acc = ChecksumAccumulator(t)
                 pycols = []
                 for c, col in zip(t.columns, table.columns):

@@ -17,10 +17,18 @@ Type map (``typemap.TARGET_TYPES["mysql"]`` refined here, as data in :data:`KEY_
   column stays LONGTEXT and its keys are dropped and recorded. Both types compare with the
   same PAD SPACE collation, so results do not depend on the choice.
 
-Identifiers: exactly the source's, always backquoted. Table names are case-sensitive on this
-server (``lower_case_table_names=0``, checked at write time: with 1 or 2 two tables whose names
-differ only in case cannot coexist and the copy is refused). Column names are always
-case-insensitive in MySQL; a table with two such columns is refused.
+Identifiers: exactly the source's, always backquoted. Column names are always
+case-insensitive in MySQL. Table names follow the server's ``lower_case_table_names``
+(recorded in the manifest's ``server_settings``): with 0 they are case-sensitive and only the
+source spelling resolves (Spider gold ran on 70.4% of dev questions, mostly failing on
+``FROM Singer`` for table ``singer``); with 1 the server stores them in lower case and any
+spelling resolves, as on an SQLite source (96.6%). Run MariaDB with
+``lower_case_table_names=1`` (``.ci/run`` does); two tables whose names differ only in case
+cannot coexist there and such a copy is refused.
+
+Declared types (``typemap``): INTEGER -> INT, SMALLINT, DATE, TIMESTAMP -> DATETIME(6), BOOLEAN,
+DECIMAL(p,s), VARCHAR(n) (LONGTEXT for the non-key ones of a table whose declared lengths would
+pass :data:`ROW_VARCHAR_MAX_BYTES`).
 
 Procedure: ``DROP DATABASE IF EXISTS`` / ``CREATE DATABASE``; tables without constraints;
 batched multi-row ``INSERT`` (PyMySQL ``executemany``; floats sent as ``repr``, exact);
@@ -45,6 +53,10 @@ from polysql_ray.replication.postgres import content_fingerprint, resolve_name
 
 #: Longest VARCHAR (characters) a key column may get: 3072-byte InnoDB key / 4 bytes.
 KEY_TEXT_MAX_CHARS = 768
+
+#: Bytes the declared VARCHAR(n) columns of one table may take (utf8mb4: 4 bytes a character)
+#: before its non-key ones become LONGTEXT: InnoDB refuses rows wider than 65,535 bytes.
+ROW_VARCHAR_MAX_BYTES = 60_000
 
 #: Rows per multi-row INSERT.
 INSERT_BATCH_ROWS = 2_000
@@ -102,9 +114,17 @@ class MySQLWriter:
             cur.execute("SELECT @@version")
             return "mysql " + cur.fetchone()[0]
 
-    def location_for(self, dataset: str, db_id: str, replicas_dir: Path) -> str:
-        """Database name ``pq_<dataset>_<db_id>``."""
-        return replica_name(dataset, db_id)
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "") -> str:
+        """Database name ``pq_<dataset>_<db_id>_<tag>`` (``servers.replica_name``)."""
+        return replica_name(dataset, db_id, tag=tag)
+
+    def server_settings(self) -> dict:
+        """Server facts the copy depends on: ``lower_case_table_names`` (0: table names are
+        case-sensitive, so only the source spelling resolves; 1: the server stores them in
+        lower case and resolves any spelling, as the SQLite source does)."""
+        with self._admin() as c, c.cursor() as cur:
+            cur.execute("SELECT @@lower_case_table_names")
+            return {"lower_case_table_names": int(cur.fetchone()[0])}
 
     # ------------------------------------------------------------------ write
     def _key_columns(self, t: TableSpec) -> set[str]:
@@ -169,9 +189,15 @@ class MySQLWriter:
                                  if c.name in keyed and c.logical_type == "VARCHAR"}
                     sizes = self._max_chars(t, text_keys, source, reader) if text_keys else {}
                     cols = []
+                    wide = sum(4 * (c.length or 0) for c in t.columns
+                               if c.logical_type == "VARCHAR") > ROW_VARCHAR_MAX_BYTES
                     for c in t.columns:
                         c.target_type = typemap.target_type("mysql", c)
-                        if c.name in sizes:
+                        if wide and c.length and c.name not in sizes:
+                            c.target_type = typemap.TARGET_TYPES["mysql"]["VARCHAR"]
+                        if c.name in sizes and c.length and c.length <= KEY_TEXT_MAX_CHARS:
+                            pass  # declared VARCHAR(n) holds every value and can be indexed
+                        elif c.name in sizes:
                             if sizes[c.name] <= KEY_TEXT_MAX_CHARS:
                                 c.target_type = f"VARCHAR({sizes[c.name]})"
                             else:

@@ -7,11 +7,11 @@ database name. Typed source, so the logical type comes from the declared type al
 
 | MySQL                                   | logical   | note |
 |-----------------------------------------|-----------|------|
-| tinyint..bigint, year, bit              | BIGINT    | ``tinyint(1)``/BOOL stays an integer (as MySQL returns it) |
+| tinyint..bigint, year, bit              | BIGINT    | ``tinyint(1)``/BOOL stays an integer (as MySQL returns it); with ``types=declared`` signed tinyint/smallint -> SMALLINT, mediumint/int -> INTEGER |
 | double, real                            | DOUBLE    | |
 | float (4 bytes)                         | DOUBLE    | the value MySQL *returns* (shortest float32 text, e.g. 23.45) parsed as a double; recorded as ``widened`` |
 | decimal/numeric(p,s)                    | DECIMAL   | exact, precision/scale kept |
-| char, varchar, *text, enum, set         | VARCHAR   | |
+| char, varchar, *text, enum, set         | VARCHAR   | ``types=declared``: varchar(n)/char(n) keep n |
 | binary, varbinary, *blob                | BLOB      | |
 | date                                    | DATE      | |
 | datetime, timestamp                     | TIMESTAMP | microseconds |
@@ -48,6 +48,13 @@ MYSQL_LOGICAL: dict[str, str] = {
     "date": "DATE", "datetime": "TIMESTAMP", "timestamp": "TIMESTAMP",
 }
 
+#: ``replication.types: declared``: integer widths kept (signed types only; an UNSIGNED
+#: column, a ``bit`` or ``year`` stays BIGINT), and ``varchar(n)``/``char(n)`` keep their length.
+MYSQL_DECLARED_INT: dict[str, str] = {
+    "tinyint": "SMALLINT", "smallint": "SMALLINT", "mediumint": "INTEGER", "int": "INTEGER",
+    "integer": "INTEGER",
+}
+
 #: DATA_TYPEs carried in a wider logical type, with the manifest note.
 MYSQL_WIDENED: dict[str, str] = {
     "float": "MySQL FLOAT (4 bytes) carried as DOUBLE holding the value MySQL returns "
@@ -65,7 +72,7 @@ def _convert(logical: str):
             v.decode("utf-8") if isinstance(v, (bytes, bytearray)) else str(v))
     if logical == "DOUBLE":
         return lambda v: None if v is None else float(v)
-    if logical == "BIGINT":
+    if logical in ("BIGINT", "INTEGER", "SMALLINT"):
         return lambda v: None if v is None else (
             int.from_bytes(v, "big") if isinstance(v, (bytes, bytearray)) else int(v))
     return lambda v: v
@@ -102,7 +109,8 @@ class MySQLReader:
             raise ReplicationError(f"MySQL source database {source.location} is missing or empty")
         return fp
 
-    def read_schema(self, source: SourceDatabase) -> tuple[list[TableSpec], list[str]]:
+    def read_schema(self, source: SourceDatabase, types: str = "declared"
+                    ) -> tuple[list[TableSpec], list[str]]:
         """Tables by name with columns, PK, FKs, row counts; views listed as skipped."""
         with self._conn(source) as conn, conn.cursor() as cur:
             db = source.location
@@ -116,20 +124,27 @@ class MySQLReader:
                 if typ != "BASE TABLE":
                     continue
                 cur.execute("SELECT column_name, data_type, column_type, is_nullable, "
-                            "numeric_precision, numeric_scale FROM information_schema.columns "
+                            "numeric_precision, numeric_scale, character_maximum_length "
+                            "FROM information_schema.columns "
                             "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
                             (db, name))
                 cols = []
-                for cname, dtype, ctype, nullable, prec, scale in cur.fetchall():
+                for cname, dtype, ctype, nullable, prec, scale, clen in cur.fetchall():
                     dtype = dtype.lower()
                     logical = MYSQL_LOGICAL.get(dtype, "VARCHAR")
+                    length = None
+                    if types == "declared":
+                        if dtype in MYSQL_DECLARED_INT and "unsigned" not in ctype.lower():
+                            logical = MYSQL_DECLARED_INT[dtype]
+                        if dtype in ("varchar", "char") and clen:
+                            length = int(clen)
                     widened = MYSQL_WIDENED.get(dtype) or (
                         None if dtype in MYSQL_LOGICAL else f"MySQL {ctype} carried as text")
                     cols.append(ColumnSpec(
                         name=cname, declared_type=ctype, logical_type=logical,
                         not_null=(nullable == "NO"), widened=widened,
                         precision=int(prec) if logical == "DECIMAL" else None,
-                        scale=int(scale or 0) if logical == "DECIMAL" else None))
+                        scale=int(scale or 0) if logical == "DECIMAL" else None, length=length))
                 cur.execute("SELECT constraint_name, column_name, referenced_table_name, "
                             "referenced_column_name FROM information_schema.key_column_usage "
                             "WHERE table_schema = %s AND table_name = %s "

@@ -1,14 +1,21 @@
 """PostgreSQL target writer: an exact copy of a source database in one *schema*.
 
 Layout (see ``engines/postgres.py``): database ``ServerSettings.database`` (``polysql``,
-created when missing), one schema ``pq_<dataset>_<db_id>`` per copy. The engine sets
-``search_path`` to exactly that schema, so predictions use unqualified table names.
+created when missing), one schema ``pq_<dataset>_<db_id>_<tag>`` per copy (``tag``: the copy's
+content and results-folder tag, ``Manifest.content_tag``). The engine sets ``search_path`` to
+exactly that schema, so predictions use unqualified table names.
+
+Names: the replica stores ``TableSpec.stored`` / ``ColumnSpec.stored``
+(``engines.identifiers``): a name the source resolves case-insensitively (SQLite, DuckDB,
+MySQL columns) and that is a regular, non-reserved identifier is stored folded to lower case,
+so ``SELECT name FROM singer`` and ``SELECT Name FROM Singer`` both resolve, as they do on the
+source. Other names keep their exact spelling (quoted).
 
 Procedure (evaluation-notes.md section 3), in ONE transaction as the admin role (DDL is
 transactional in PostgreSQL, so a failure leaves nothing behind):
 
 1. ``DROP SCHEMA IF EXISTS ... CASCADE``; ``CREATE SCHEMA``; ``CREATE TABLE`` per table with
-   the exact source identifiers (always double-quoted) and the types of
+   the replica names (always double-quoted in the DDL) and the types of
    ``typemap.TARGET_TYPES["postgres"]`` (BIGINT, DOUBLE PRECISION - never REAL/FLOAT4 -,
    TEXT, BYTEA, NUMERIC(p,s), DATE, TIMESTAMP), no added columns.
 2. Bulk load with ``COPY ... FROM STDIN`` (psycopg ``Copy.write_row``; floats are sent as
@@ -96,7 +103,8 @@ def ensure_reader_role(settings: ServerSettings, conn) -> None:
 
     LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION, password from the reader secret
     (none: trust/peer auth), role defaults :data:`READER_ROLE_SETTINGS`, ``CONNECT`` on the
-    replica database only (``PUBLIC`` loses CONNECT/TEMP there). Idempotent.
+    replica database only (``PUBLIC`` loses CONNECT/TEMP there), server-control functions
+    revoked (``engines.postgres.harden_database``). Idempotent.
     """
     from psycopg import sql
 
@@ -115,6 +123,7 @@ def ensure_reader_role(settings: ServerSettings, conn) -> None:
     conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(db))
     conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(db, sql.Identifier(role)))
     conn.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+    pg_engine.harden_database(conn)  # no server control, no other sessions' queries
 
 
 def ensure_database(settings: ServerSettings) -> None:
@@ -162,9 +171,9 @@ class PostgresWriter:
         with pg_engine.connect(self.settings, admin=True, dbname="postgres") as c:
             return "postgresql " + c.execute("SHOW server_version").fetchone()[0]
 
-    def location_for(self, dataset: str, db_id: str, replicas_dir: Path) -> str:
-        """Schema name ``pq_<dataset>_<db_id>``."""
-        return replica_name(dataset, db_id)
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "") -> str:
+        """Schema name ``pq_<dataset>_<db_id>_<tag>`` (``servers.replica_name``)."""
+        return replica_name(dataset, db_id, tag=tag)
 
     def write(self, location: str, tables: list[TableSpec], source: SourceDatabase,
               reader) -> list[str]:
@@ -183,8 +192,8 @@ class PostgresWriter:
                         cols = []
                         for c in t.columns:
                             c.target_type = typemap.target_type("postgres", c)
-                            cols.append(f"{qi(c.name)} {c.target_type}")
-                        conn.execute(f"CREATE TABLE {s}.{qi(t.name)} ({', '.join(cols)})")
+                            cols.append(f"{qi(c.stored)} {c.target_type}")
+                        conn.execute(f"CREATE TABLE {s}.{qi(t.stored)} ({', '.join(cols)})")
                         self._load(conn, s, t, source, reader)
                     for t in tables:
                         self._constraints(conn, s, t, tables, dropped)
@@ -198,9 +207,9 @@ class PostgresWriter:
         return dropped
 
     def _load(self, conn, s: str, t: TableSpec, source, reader) -> None:
-        cols = ", ".join(qi(c.name) for c in t.columns)
+        cols = ", ".join(qi(c.stored) for c in t.columns)
         with conn.cursor() as cur:
-            with cur.copy(f"COPY {s}.{qi(t.name)} ({cols}) FROM STDIN") as cp:
+            with cur.copy(f"COPY {s}.{qi(t.stored)} ({cols}) FROM STDIN") as cp:
                 for batch in reader.batches(source, t):
                     pycols = [c.to_pylist() for c in batch.columns]
                     for row in zip(*pycols):
@@ -219,14 +228,14 @@ class PostgresWriter:
 
     def _constraints(self, conn, s: str, t: TableSpec, tables: list[TableSpec],
                      dropped: list[str]) -> None:
-        tq = f"{s}.{qi(t.name)}"
+        tq = f"{s}.{qi(t.stored)}"
         if t.primary_key:
             self._try(conn, f"ALTER TABLE {tq} ADD PRIMARY KEY "
-                            f"({', '.join(qi(c) for c in t.primary_key)})",
+                            f"({', '.join(qi(t.stored_column(c)) for c in t.primary_key)})",
                       f"PRIMARY KEY {t.name}({', '.join(t.primary_key)})", dropped)
         for c in t.columns:
             if c.not_null and c.name not in t.primary_key:
-                self._try(conn, f"ALTER TABLE {tq} ALTER COLUMN {qi(c.name)} SET NOT NULL",
+                self._try(conn, f"ALTER TABLE {tq} ALTER COLUMN {qi(c.stored)} SET NOT NULL",
                           f"NOT NULL {t.name}.{c.name}", dropped)
         by_name = {x.name: x for x in tables}
         for fk in t.foreign_keys:
@@ -234,8 +243,11 @@ class PostgresWriter:
             if problem:
                 dropped.append(f"{what}: {problem}")
                 continue
-            self._try(conn, f"ALTER TABLE {tq} ADD FOREIGN KEY ({', '.join(map(qi, ccols))}) "
-                            f"REFERENCES {s}.{qi(parent_name)} ({', '.join(map(qi, pcols))})",
+            parent = by_name[parent_name]
+            self._try(conn, f"ALTER TABLE {tq} ADD FOREIGN KEY "
+                            f"({', '.join(qi(t.stored_column(c)) for c in ccols)}) "
+                            f"REFERENCES {s}.{qi(parent.stored)} "
+                            f"({', '.join(qi(parent.stored_column(c)) for c in pcols)})",
                       what, dropped)
 
     def checksums(self, location: str, tables: list[TableSpec]) -> dict[str, TableChecksum]:
@@ -243,9 +255,9 @@ class PostgresWriter:
         out = {}
         with self._admin() as conn:
             for t in tables:
-                cols = ", ".join(qi(c.name) for c in t.columns)
+                cols = ", ".join(qi(c.stored) for c in t.columns)
                 with conn.cursor() as cur:
-                    cur.execute(f"SELECT {cols} FROM {qi(location)}.{qi(t.name)}")
+                    cur.execute(f"SELECT {cols} FROM {qi(location)}.{qi(t.stored)}")
                     out[t.name] = checksum_cursor(t, cur, chunk=10_000)
         return out
 

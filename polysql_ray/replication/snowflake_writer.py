@@ -3,7 +3,7 @@
 As the admin role: ``CREATE DATABASE IF NOT EXISTS``, ``CREATE OR REPLACE SCHEMA``, one
 ``CREATE TABLE`` per table with the types of ``typemap.TARGET_TYPES["snowflake"]`` (NUMBER(38,0),
 DOUBLE - 8 bytes in Snowflake -, VARCHAR, BINARY, NUMBER(p,s), BOOLEAN, DATE,
-TIMESTAMP_NTZ) and names chosen by ``engines.identifiers.replica_name_for`` (folded to upper
+TIMESTAMP_NTZ) and the names the replication stage chose (``TableSpec.stored``, by ``engines.identifiers.replica_name_for``: (folded to upper
 case where the source resolves names case-insensitively, so unquoted references in any case
 resolve; always written quoted in DDL). NOT NULL is declared where the source declares it and
 the data holds no NULL. PRIMARY/FOREIGN KEY are recorded as dropped (Snowflake does not
@@ -19,7 +19,6 @@ from pathlib import Path
 
 from polysql_ray.datasets.example import SourceDatabase
 from polysql_ray.engines import snowflake as sf
-from polysql_ray.engines.identifiers import replica_name_for
 from polysql_ray.engines.servers import ServerSettings
 from polysql_ray.replication import typemap
 from polysql_ray.replication.base import ReplicationError, TableChecksum, TableSpec
@@ -30,12 +29,10 @@ from polysql_ray.replication.postgres import content_fingerprint, qi
 INSERT_BATCH = 2000
 
 
-def stored_names(t: TableSpec, tables: list[TableSpec], source_engine: str = "sqlite") -> tuple[str, list[str]]:
-    """(stored table name, stored column names) of ``t`` in a Snowflake replica."""
-    tname, _ = replica_name_for(t.name, "table", source_engine, "snowflake", [x.name for x in tables])
-    cols = [replica_name_for(c.name, "column", source_engine, "snowflake", [x.name for x in t.columns])[0]
-            for c in t.columns]
-    return tname, cols
+def stored_names(t: TableSpec) -> tuple[str, list[str]]:
+    """(stored table name, stored column names) of ``t`` in a Snowflake replica, as the
+    replication stage's naming step chose them (``engines.identifiers.replica_name_for``)."""
+    return t.stored, [c.stored for c in t.columns]
 
 
 class SnowflakeWriter:
@@ -62,23 +59,22 @@ class SnowflakeWriter:
         finally:
             con.close()
 
-    def location_for(self, dataset: str, db_id: str, replicas_dir: Path) -> str:
-        """Schema name ``PQ_<DATASET>_<DB_ID>``."""
-        return sf.schema_name(dataset, db_id)
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "") -> str:
+        """Schema name ``PQ_<DATASET>_<DB_ID>_<TAG>``."""
+        return sf.schema_name(dataset, db_id, tag)
 
     def write(self, location: str, tables: list[TableSpec], source: SourceDatabase, reader) -> list[str]:
         """Build the schema; returns dropped-constraint sentences."""
         import snowflake.connector.errors as sfe
 
         dropped: list[str] = []
-        self._source_engine = source.engine
         s = f"{qi(self.settings.database)}.{qi(location)}"
         con = self._admin()
         try:
             cur = con.cursor()
             cur.execute(f"CREATE OR REPLACE SCHEMA {s}")
             for t in tables:
-                tname, cols = stored_names(t, tables, source.engine)
+                tname, cols = stored_names(t)
                 nulls = self._null_columns(t, source, reader)
                 parts = []
                 for c, name in zip(t.columns, cols):
@@ -125,7 +121,7 @@ class SnowflakeWriter:
         con = self._admin()
         try:
             for t in tables:
-                tname, cols = stored_names(t, tables, getattr(self, "_source_engine", "sqlite"))
+                tname, cols = stored_names(t)
                 cur = con.cursor()
                 cur.execute(f"SELECT {', '.join(map(qi, cols))} FROM "
                             f"{qi(self.settings.database)}.{qi(location)}.{qi(tname)}")

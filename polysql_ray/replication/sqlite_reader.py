@@ -4,15 +4,21 @@
   ``PRAGMA table_info`` (exact names, declared type, NOT NULL, PK order) and
   ``PRAGMA foreign_key_list``.
 * Types: per column, ``SELECT typeof(c), count(*) ... GROUP BY 1`` gives the storage classes
-  really present, and ``typemap.sqlite_logical_type`` decides the logical type (widening
-  recorded, never coercion).
+  really present, and ``typemap.sqlite_logical_type`` decides the storage logical type
+  (widening recorded, never coercion). With ``types="declared"`` a declared type that promises
+  more (``typemap.declared_family``: INTEGER width, BOOLEAN, DECIMAL(p,s), DATE, TIMESTAMP,
+  VARCHAR(n)) is kept when a count of the values failing ``typemap.CONFORMS`` is zero (DECIMAL:
+  ``typemap.decimal_fits`` on the distinct values); else the column keeps its storage type and
+  records the count and up to three examples.
 * Values: ``sqlite3`` with no ``detect_types`` returns int/float/str/bytes/None exactly as
   stored; text must be valid UTF-8 (else :class:`ReplicationError` naming the column).
   The database is opened ``mode=ro``.
 """
 from __future__ import annotations
 
+import datetime as dt
 import sqlite3
+from decimal import Decimal
 from typing import Iterator
 
 import pyarrow as pa
@@ -36,9 +42,18 @@ def _render_text(v) -> str:
 
 
 def _converter(logical: str):
-    """Python value -> value for the Arrow column of ``logical`` type (lossless)."""
-    if logical == "BIGINT":
+    """Python value -> value for the Arrow column of ``logical`` type (lossless; the declared
+    types only ever see values that passed their conformance check)."""
+    if logical in ("BIGINT", "INTEGER", "SMALLINT"):
         return lambda v: v
+    if logical == "BOOLEAN":
+        return lambda v: None if v is None else bool(v)
+    if logical == "DATE":
+        return lambda v: None if v is None else dt.date.fromisoformat(v)
+    if logical == "TIMESTAMP":
+        return lambda v: None if v is None else dt.datetime.fromisoformat(v)
+    if logical == "DECIMAL":
+        return lambda v: None if v is None else (Decimal(repr(v)) if isinstance(v, float) else Decimal(v))
     if logical == "DOUBLE":
         return lambda v: v if v is None or isinstance(v, float) else float(v)
     if logical == "VARCHAR":
@@ -66,8 +81,10 @@ class SqliteReader:
         """sha256 hex of the SQLite file bytes."""
         return file_sha256(source.location)
 
-    def read_schema(self, source: SourceDatabase) -> tuple[list[TableSpec], list[str]]:
-        """Tables with exact identifiers, PK/FK/NOT NULL, row counts and logical types."""
+    def read_schema(self, source: SourceDatabase, types: str = "declared"
+                    ) -> tuple[list[TableSpec], list[str]]:
+        """Tables with exact identifiers, PK/FK/NOT NULL, row counts and logical types
+        (``types``: ``declared`` or ``storage``, see module doc)."""
         con = self._connect(source)
         con.text_factory = str
         try:
@@ -76,7 +93,7 @@ class SqliteReader:
                 "SELECT type, name, sql FROM sqlite_master ORDER BY rowid").fetchall()
             for typ, name, sql in objects:
                 if typ == "table" and not name.startswith("sqlite_"):
-                    tables.append(self._table(con, name))
+                    tables.append(self._table(con, name, types))
                 elif typ in ("view", "trigger") or (typ == "index" and sql):
                     skipped.append(f"{typ} {name!r} not copied (only tables, keys and data are)")
             return tables, skipped
@@ -85,7 +102,7 @@ class SqliteReader:
         finally:
             con.close()
 
-    def _table(self, con: sqlite3.Connection, name: str) -> TableSpec:
+    def _table(self, con: sqlite3.Connection, name: str, types: str = "declared") -> TableSpec:
         q = quote_ident(name)
         info = con.execute(f"PRAGMA table_info({q})").fetchall()
         cols, pk = [], []
@@ -99,9 +116,12 @@ class SqliteReader:
                     f"SELECT min({qc}), max({qc}) FROM {q} WHERE typeof({qc})='integer'").fetchone()
                 max_abs = max(abs(lo), abs(hi))
             logical, widened = typemap.sqlite_logical_type(ctype or "", set(classes), max_abs)
-            cols.append(ColumnSpec(name=cname, declared_type=ctype or "", logical_type=logical,
-                                   not_null=bool(notnull), storage_classes=tuple(sorted(classes)),
-                                   widened=widened))
+            col = ColumnSpec(name=cname, declared_type=ctype or "", logical_type=logical,
+                             not_null=bool(notnull), storage_classes=tuple(sorted(classes)),
+                             widened=widened)
+            if types == "declared":
+                self._declared(con, q, col)
+            cols.append(col)
             if pkpos:
                 pk.append((pkpos, cname))
         fks: dict[int, list] = {}
@@ -117,6 +137,44 @@ class SqliteReader:
         rows = con.execute(f"SELECT count(*) FROM {q}").fetchone()[0]
         return TableSpec(name=name, columns=cols, primary_key=tuple(c for _, c in sorted(pk)),
                          foreign_keys=tuple(fk_specs), row_count=rows)
+
+    def _declared(self, con: sqlite3.Connection, q: str, col: ColumnSpec) -> None:
+        """Keep ``col``'s declared type when every stored value conforms (module doc)."""
+        want = typemap.declared_family(col.declared_type)
+        if want is None or want.check in ("DOUBLE", "VARCHAR"):
+            return  # the storage map already keeps these declarations
+        qc = quote_ident(col.name)
+        fam = want
+        while True:
+            pred = typemap.CONFORMS[fam.check].format(c=qc, n=fam.length)
+            bad_sql = f"FROM {q} WHERE {qc} IS NOT NULL AND NOT ({pred})"
+            bad = con.execute(f"SELECT count(*) {bad_sql}").fetchone()[0]
+            examples = [r[0] for r in con.execute(f"SELECT DISTINCT {qc} {bad_sql} LIMIT 3")]
+            if not bad and fam.family == "DECIMAL":
+                counts = con.execute(f"SELECT {qc}, count(*) FROM {q} WHERE {qc} IS NOT NULL "
+                                     f"GROUP BY 1").fetchall()
+                misfit = [(v, n) for v, n in counts
+                          if not typemap.decimal_fits(v, fam.precision, fam.scale)]
+                bad = sum(n for _, n in misfit)
+                examples = [v for v, _ in misfit[:3]]
+            if not bad:
+                break
+            wider = typemap.FAMILY_WIDER.get(fam.family)
+            if wider is None:
+                col.fallback = (f"declared {col.declared_type}: {bad} stored values do not conform "
+                                f"(e.g. {', '.join(repr(e) for e in examples)}) -> storage type "
+                                f"{col.logical_type}")
+                col.fallback_count = bad
+                col.fallback_examples = tuple(repr(e) for e in examples)
+                return
+            col.fallback = (f"declared {col.declared_type}: {bad} values do not fit {fam.family} "
+                            f"(e.g. {', '.join(repr(e) for e in examples)}) -> {wider}")
+            col.fallback_count = bad
+            col.fallback_examples = tuple(repr(e) for e in examples)
+            fam = typemap.DeclaredType(wider)
+        col.logical_type = fam.family
+        col.precision, col.scale, col.length = fam.precision, fam.scale, fam.length
+        col.widened = None
 
     def batches(self, source: SourceDatabase, table: TableSpec,
                 batch_rows: int = 65_536) -> Iterator[pa.RecordBatch]:

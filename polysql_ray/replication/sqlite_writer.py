@@ -55,7 +55,7 @@ STAGING = "polysql_staging"
 
 #: Logical type -> declared SQLite type (see module doc).
 SQLITE_TYPES: dict[str, str] = {
-    "BIGINT": "INTEGER", "DOUBLE": "REAL", "DECIMAL": "REAL", "VARCHAR": "TEXT",
+    "BIGINT": "INTEGER", "INTEGER": "INTEGER", "SMALLINT": "INTEGER", "DOUBLE": "REAL", "DECIMAL": "REAL", "VARCHAR": "TEXT",
     "BLOB": "BLOB", "BOOLEAN": "INTEGER", "DATE": "TEXT", "TIMESTAMP": "TEXT",
 }
 

@@ -49,13 +49,46 @@ Logical type -> target type (:data:`TARGET_TYPES`):
 
 The postgres/mysql/clickhouse rows are the starting point for those writers; their owners
 may refine them (e.g. MySQL key columns need VARCHAR(n)), bumping :data:`TYPE_MAP_VERSION`.
+
+**Declared types (``replication.types: declared``, the default).** The table above is the
+*storage* map (``replication.types: storage``): it keeps what SQLite stores and drops what the
+declaration means. In ``declared`` mode the declared type is kept by meaning whenever *every*
+stored value conforms to it, checked while copying (:data:`DECLARED_FAMILIES`, the SQLite
+predicate of :data:`CONFORMS` per family); otherwise that one column falls back to its storage
+type and the manifest records how many values did not conform, with examples.
+
+| declared (first match)                    | logical            | every non-NULL value must be                         |
+|-------------------------------------------|--------------------|------------------------------------------------------|
+| ``TINYINT``, ``SMALLINT``, ``INT2``       | SMALLINT (2 bytes) | an integer in [-2**15, 2**15)                        |
+| ``BIGINT``, ``INT8``, ``BIG INT``         | BIGINT             | an integer                                           |
+| anything else with ``INT``                | INTEGER (4 bytes)  | an integer in [-2**31, 2**31) (else BIGINT, recorded)|
+| ``BOOL``, ``BOOLEAN``                     | BOOLEAN            | the integer 0 or 1 (Spider's 'T'/'F' stay text)      |
+| ``DECIMAL(p,s)``, ``NUMERIC(p,s)``        | DECIMAL(p,s)       | a number whose shortest decimal text fits (p,s)      |
+| ``DATETIME``, ``TIMESTAMP``               | TIMESTAMP          | text ``YYYY-MM-DD HH:MM:SS`` (``datetime(v) IS v``)   |
+| ``DATE``                                  | DATE               | text ``YYYY-MM-DD`` (``date(v) IS v``)                |
+| ``[N][VAR]CHAR(n)``, ``CHARACTER(n)``...  | VARCHAR(n)         | text of at most n characters                         |
+| ``REAL``, ``DOUBLE``, ``FLOAT``           | DOUBLE (8 bytes)   | a number (as in storage mode)                        |
+| ``TEXT``, ``CLOB``, other ``CHAR``        | VARCHAR            | text                                                 |
+
+Why: width and type change what the target computes (PostgreSQL ``SUM(integer)`` is
+``bigint`` so ``SUM(x)/COUNT(*)`` divides as integers; ``SUM(bigint)`` is ``numeric``), and a
+date column stored as text fails PostgreSQL-correct date SQL. ``CHAR(n)`` becomes
+``VARCHAR(n)``, not a blank-padded ``CHAR(n)``: the source never padded its values and a padded
+copy would return other strings. Conformance for dates is exact round-trip: the certificate
+compares the source text with the copy's ``isoformat(" ")``, so a date that would print
+differently is not carried as a date.
 """
 from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from decimal import Decimal
 
 import pyarrow as pa
 
 #: Bump on any change to this module's tables or rules: it invalidates every copy.
-TYPE_MAP_VERSION = "1"
+TYPE_MAP_VERSION = "2"
 
 #: SQLite affinity rules, in the order SQLite applies them (substring of the upper-cased
 #: declared type -> affinity). Empty declared type -> BLOB. No match -> NUMERIC.
@@ -95,6 +128,8 @@ MAX_EXACT_INT_IN_DOUBLE = 2 ** 53
 #: Logical type -> Arrow type of the batches between reader and writer.
 ARROW_TYPES: dict[str, pa.DataType] = {
     "BIGINT": pa.int64(),
+    "INTEGER": pa.int32(),
+    "SMALLINT": pa.int16(),
     "DOUBLE": pa.float64(),
     "VARCHAR": pa.string(),
     "BLOB": pa.binary(),
@@ -105,25 +140,122 @@ ARROW_TYPES: dict[str, pa.DataType] = {
 
 #: Logical type -> target type text, per target engine.
 TARGET_TYPES: dict[str, dict[str, str]] = {
-    "duckdb": {"BIGINT": "BIGINT", "DOUBLE": "DOUBLE", "VARCHAR": "VARCHAR", "BLOB": "BLOB",
+    "duckdb": {"INTEGER": "INTEGER", "SMALLINT": "SMALLINT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE", "VARCHAR": "VARCHAR", "BLOB": "BLOB",
                "DECIMAL": "DECIMAL", "BOOLEAN": "BOOLEAN", "DATE": "DATE",
                "TIMESTAMP": "TIMESTAMP"},
-    "postgres": {"BIGINT": "BIGINT", "DOUBLE": "DOUBLE PRECISION", "VARCHAR": "TEXT",
+    "postgres": {"INTEGER": "INTEGER", "SMALLINT": "SMALLINT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE PRECISION", "VARCHAR": "TEXT",
                  "BLOB": "BYTEA", "DECIMAL": "NUMERIC", "BOOLEAN": "BOOLEAN", "DATE": "DATE",
                  "TIMESTAMP": "TIMESTAMP"},
-    "mysql": {"BIGINT": "BIGINT", "DOUBLE": "DOUBLE", "VARCHAR": "LONGTEXT", "BLOB": "LONGBLOB",
+    "mysql": {"INTEGER": "INT", "SMALLINT": "SMALLINT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE", "VARCHAR": "LONGTEXT", "BLOB": "LONGBLOB",
               "DECIMAL": "DECIMAL", "BOOLEAN": "BOOLEAN", "DATE": "DATE",
               "TIMESTAMP": "DATETIME(6)"},
-    "clickhouse": {"BIGINT": "Int64", "DOUBLE": "Float64", "VARCHAR": "String", "BLOB": "String",
+    "clickhouse": {"INTEGER": "Int32", "SMALLINT": "Int16", "BIGINT": "Int64", "DOUBLE": "Float64", "VARCHAR": "String", "BLOB": "String",
                    "DECIMAL": "Decimal", "BOOLEAN": "Bool", "DATE": "Date32",
                    "TIMESTAMP": "DateTime64(6)"},
     # Snowflake DOUBLE (= FLOAT) is an 8-byte double; NUMBER(38,0) is Snowflake's integer.
-    "snowflake": {"BIGINT": "NUMBER(38,0)", "DOUBLE": "DOUBLE", "VARCHAR": "VARCHAR", "BLOB": "BINARY",
+    "snowflake": {"SMALLINT": "SMALLINT", "INTEGER": "INTEGER", "BIGINT": "NUMBER(38,0)", "DOUBLE": "DOUBLE", "VARCHAR": "VARCHAR", "BLOB": "BINARY",
                   "DECIMAL": "NUMBER", "BOOLEAN": "BOOLEAN", "DATE": "DATE", "TIMESTAMP": "TIMESTAMP_NTZ"},
     # BigQuery: a time zone-less TIMESTAMP is a DATETIME.
-    "bigquery": {"BIGINT": "INT64", "DOUBLE": "FLOAT64", "VARCHAR": "STRING", "BLOB": "BYTES",
+    "bigquery": {"SMALLINT": "INT64", "INTEGER": "INT64", "BIGINT": "INT64", "DOUBLE": "FLOAT64", "VARCHAR": "STRING", "BLOB": "BYTES",
                  "DECIMAL": "NUMERIC", "BOOLEAN": "BOOL", "DATE": "DATE", "TIMESTAMP": "DATETIME"},
 }
+
+
+#: Target engine -> type text of a VARCHAR with a declared length (``{n}``: the length).
+VARCHAR_WITH_LENGTH: dict[str, str] = {
+    "postgres": "VARCHAR({n})", "mysql": "VARCHAR({n})", "duckdb": "VARCHAR", "clickhouse": "String",
+    "snowflake": "VARCHAR({n})", "bigquery": "STRING",
+}
+
+#: ``replication.types`` values.
+TYPE_MODES = ("declared", "storage")
+
+#: Declared-type families, first match wins (regex on the upper-cased declared type ->
+#: family). Groups ``p``/``s``/``n`` carry DECIMAL precision/scale and text length.
+DECLARED_FAMILIES: tuple[tuple[str, str], ...] = (
+    (r"^\s*(TINYINT|SMALLINT|INT2)\b", "SMALLINT"),
+    (r"^\s*(BIGINT|INT8|UNSIGNED BIG INT|BIG INT)\b", "BIGINT"),
+    (r"INT", "INTEGER"),
+    (r"^\s*(BOOL|BOOLEAN)\s*$", "BOOLEAN"),
+    (r"^\s*(DECIMAL|NUMERIC|DEC)\s*\(\s*(?P<p>\d+)\s*(,\s*(?P<s>\d+)\s*)?\)\s*$", "DECIMAL"),
+    (r"^\s*(DATETIME|TIMESTAMP)\b", "TIMESTAMP"),
+    (r"^\s*DATE\s*$", "DATE"),
+    (r"^\s*(N?VARCHAR|VARYING CHARACTER|CHARACTER VARYING|NATIVE CHARACTER|N?CHAR|CHARACTER)"
+     r"\s*\(\s*(?P<n>\d+)\s*\)\s*$", "VARCHAR"),
+    (r"REAL|FLOA|DOUB", "DOUBLE"),
+    (r"CHAR|CLOB|TEXT", "VARCHAR"),
+)
+
+#: Family -> SQLite predicate (``{c}``: the quoted column) true for a *conforming* non-NULL
+#: value. DECIMAL is checked in Python (:func:`decimal_fits`); ``{n}`` is the text length.
+CONFORMS: dict[str, str] = {
+    "SMALLINT": "typeof({c}) = 'integer' AND {c} BETWEEN -32768 AND 32767",
+    "INTEGER": "typeof({c}) = 'integer' AND {c} BETWEEN -2147483648 AND 2147483647",
+    "BIGINT": "typeof({c}) = 'integer'",
+    "BOOLEAN": "typeof({c}) = 'integer' AND {c} IN (0, 1)",
+    "DECIMAL": "typeof({c}) IN ('integer', 'real')",
+    "TIMESTAMP": "typeof({c}) = 'text' AND datetime({c}) IS {c}",
+    "DATE": "typeof({c}) = 'text' AND date({c}) IS {c}",
+    "VARCHAR": "typeof({c}) = 'text'",
+    "VARCHAR(n)": "typeof({c}) = 'text' AND length({c}) <= {n}",
+    "DOUBLE": "typeof({c}) IN ('integer', 'real')",
+}
+
+#: When a family does not hold every value, the next narrower promise tried before falling
+#: back to the storage type (an INTEGER column with a value past 2**31 is still an integer).
+FAMILY_WIDER: dict[str, str] = {"SMALLINT": "INTEGER", "INTEGER": "BIGINT"}
+
+
+@dataclass(frozen=True)
+class DeclaredType:
+    """A declared type read by meaning: ``family`` (logical type) and its parameters."""
+
+    family: str
+    precision: int | None = None
+    scale: int | None = None
+    length: int | None = None
+
+    @property
+    def check(self) -> str:
+        """Key of :data:`CONFORMS` for this type."""
+        return "VARCHAR(n)" if self.family == "VARCHAR" and self.length else self.family
+
+
+def declared_family(declared_type: str) -> DeclaredType | None:
+    """The :class:`DeclaredType` a declared type text promises (None: no promise, e.g. an
+    empty or ``NUMERIC`` declaration without precision, whose values decide)."""
+    t = (declared_type or "").upper()
+    if not t.strip():
+        return None
+    for pattern, family in DECLARED_FAMILIES:
+        m = re.search(pattern, t)
+        if m:
+            g = m.groupdict()
+            if family == "DECIMAL":
+                p = int(g["p"])
+                sc = int(g["s"]) if g.get("s") else 0
+                if not 0 < p <= 38 or sc > p:
+                    return None
+                return DeclaredType(family, precision=p, scale=sc)
+            if family == "VARCHAR" and g.get("n"):
+                n = int(g["n"])
+                return DeclaredType(family, length=n) if n > 0 else DeclaredType(family)
+            return DeclaredType(family)
+    return None
+
+
+def decimal_fits(value, precision: int, scale: int) -> bool:
+    """True when a stored number's shortest decimal text fits DECIMAL(precision, scale)
+    exactly (floats as ``repr``: ``0.1`` is 0.1, not its binary expansion)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    d = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    sign, digits, exp = d.normalize().as_tuple() if d != 0 else (0, (0,), 0)
+    frac = max(0, -exp)
+    int_digits = max(0, len(digits) + exp)
+    return frac <= scale and int_digits <= precision - scale
 
 
 def sqlite_affinity(declared_type: str) -> str:
@@ -187,4 +319,7 @@ def target_type(engine: str, column) -> str:
     t = TARGET_TYPES[engine][column.logical_type]
     if column.logical_type == "DECIMAL" and column.precision:
         t = f"{t}({column.precision},{column.scale or 0})"
+    if column.logical_type == "VARCHAR" and getattr(column, "length", None) \
+            and engine in VARCHAR_WITH_LENGTH:
+        t = VARCHAR_WITH_LENGTH[engine].format(n=column.length)
     return t

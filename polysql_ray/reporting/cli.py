@@ -1,44 +1,31 @@
-"""``key=value`` argument parsing shared by ``jobs/leaderboard.py`` and ``jobs/stats.py``."""
+"""Statistics keys shared by ``jobs/leaderboard.py`` and ``jobs/stats.py`` (Hydra overrides,
+parsed by :func:`polysql_ray.jobs_cli.parse_overrides`)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+from polysql_ray.jobs_cli import as_list, as_text
 from polysql_ray.statistics.summary import StatsConfig
 
-#: Keys mapping onto :class:`StatsConfig` fields, with their parsers.
+_DEFAULT = StatsConfig()
+
+#: Keys mapping onto :class:`StatsConfig` fields: key -> (default, parser of the override value).
 CONFIG_KEYS = {
-    "baseline": str,
-    "alpha": float,
-    "ci": str,
-    "p_adjust": lambda s: None if s.lower() in ("", "none", "null") else s,
-    "policy_version": str,
-    # comma-separated generators to leave out ("" keeps all); default: gold
-    "exclude_generators": lambda s: tuple(x for x in s.split(",") if x),
+    "baseline": (_DEFAULT.baseline, as_text),
+    "alpha": (_DEFAULT.alpha, float),
+    "ci": (_DEFAULT.ci_method, as_text),
+    "p_adjust": (_DEFAULT.p_adjust, lambda v: None if as_text(v).lower() in ("", "none", "null") else as_text(v)),
+    "policy_version": (None, lambda v: None if v is None else as_text(v)),
+    # generators to leave out: exclude_generators=[gold] (default) or exclude_generators=[] to keep all
+    "exclude_generators": (list(_DEFAULT.exclude_generators), lambda v: tuple(as_list(v))),
 }
 
 
-def parse_kv(argv: Sequence[str], required: Sequence[str], optional: Sequence[str]) -> dict[str, str]:
-    """Parse ``key=value`` arguments (Hydra-style ``+key=value`` is accepted too).
-
-    Raises:
-        SystemExit: malformed argument, unknown key or missing required key (with usage).
-    """
-    allowed = set(required) | set(optional)
-    usage = " ".join([f"{k}=..." for k in required] + [f"[{k}=...]" for k in optional])
-    out: dict[str, str] = {}
-    for arg in argv:
-        key, sep, value = arg.lstrip("+").partition("=")
-        if not sep or key not in allowed:
-            raise SystemExit(f"bad argument {arg!r}; usage: {usage}")
-        out[key] = value
-    missing = [k for k in required if k not in out]
-    if missing:
-        raise SystemExit(f"missing {', '.join(missing)}; usage: {usage}")
-    return out
+def config_defaults() -> dict[str, object]:
+    """key -> default of :data:`CONFIG_KEYS` (for :func:`polysql_ray.jobs_cli.parse_overrides`)."""
+    return {k: d for k, (d, _) in CONFIG_KEYS.items()}
 
 
-def stats_config(kv: dict[str, str]) -> StatsConfig:
-    """A :class:`StatsConfig` from parsed arguments (``ci`` -> ``ci_method``)."""
-    fields = {("ci_method" if k == "ci" else k): CONFIG_KEYS[k](v)
+def stats_config(kv: dict[str, object]) -> StatsConfig:
+    """A :class:`StatsConfig` from parsed overrides (``ci`` -> ``ci_method``)."""
+    fields = {("ci_method" if k == "ci" else k): CONFIG_KEYS[k][1](v)
               for k, v in kv.items() if k in CONFIG_KEYS}
     return StatsConfig(**fields)

@@ -38,7 +38,10 @@ def _json_value(x: object) -> object:
 
 def render_json(st: Statistics, store_sha256: str) -> str:
     """All statistics tables plus load summary, config and store hash, as sorted JSON."""
-    doc = {"store_sha256": store_sha256, **st.meta(), "tables": st.tables()}
+    from .schema import SCHEMA_VERSION
+
+    doc = {"schema_version": SCHEMA_VERSION, "store_sha256": store_sha256, **st.meta(),
+           "tables": st.tables()}
     return json.dumps(_json_value(doc), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -58,6 +61,13 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _md_value(c, r: dict) -> str:
+    raw = r.get(c.key)
+    if c.kind == "link" and isinstance(raw, (tuple, list)) and len(raw) == 2:
+        return f"[{_md_cell(str(raw[0]))}]({raw[1]})"
+    return _md_cell(c.format(r))
+
+
 def view_markdown(v: View) -> str:
     """One view as a Markdown section (``## title``, note, pipe table)."""
     lines = [f"## {v.title}", "", v.note, ""]
@@ -66,7 +76,7 @@ def view_markdown(v: View) -> str:
     lines.append("| " + " | ".join(_md_cell(c.header) for c in v.columns) + " |")
     lines.append("|" + "|".join("---" if c.kind == "text" else "---:" for c in v.columns) + "|")
     for r in v.rows:
-        lines.append("| " + " | ".join(_md_cell(c.format(r)) for c in v.columns) + " |")
+        lines.append("| " + " | ".join(_md_value(c, r) for c in v.columns) + " |")
     return "\n".join(lines + [""])
 
 
@@ -86,7 +96,7 @@ def render_markdown(st: Statistics, store_sha256: str, figures: Sequence[str] = 
     """``leaderboard.md``: summary, every view, links to the figures (relative paths)."""
     parts = ["# polysql_ray leaderboard", "", *_summary_lines(st, store_sha256), ""]
     if figures:
-        parts += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
+        parts += ["## Figures", ""] + [f"[![{f}]({f})]({f})" for f in figures] + [""]
     parts += [view_markdown(v) for v in all_views(st)]
     return "\n".join(parts).rstrip("\n") + "\n"
 
@@ -115,6 +125,18 @@ function checkImages() {
   document.body.dataset.imagesLoaded = ok;
   document.body.dataset.imagesOk = (ok === imgs.length) ? 'true' : 'false';
 }
+function applyFilters() {
+  const want = {};
+  document.querySelectorAll('#filters select').forEach(s => { want[s.dataset.key] = s.value; });
+  document.querySelectorAll('tbody tr').forEach(tr => {
+    let show = true;
+    for (const k in want) {
+      const v = tr.dataset[k];
+      if (want[k] && v !== undefined && v !== want[k] && v !== 'ALL') show = false;
+    }
+    tr.style.display = show ? '' : 'none';
+  });
+}
 window.addEventListener('load', checkImages);
 """
 
@@ -127,7 +149,9 @@ th[data-dir=asc]::after { content: ' \\25B2'; } th[data-dir=desc]::after { conte
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tbody tr:nth-child(even) { background: #f7f7f7; }
 #figures .figs { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
-figure { margin: 0; max-width: 560px; }
+figure { margin: 0; max-width: 100%; }
+#filters { position: sticky; top: 0; background: #fff; padding: 6px 0; border-bottom: 1px solid #ccc; z-index: 1; }
+#filters label { margin-right: 1em; font-size: 14px; }
 img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: 13px; color: #555; }
 .note { color: #555; font-size: 13px; }
@@ -144,6 +168,17 @@ def _sort_value(x: object) -> str:
     return ""
 
 
+#: Row keys that the page's filters act on -> the ``data-`` attribute name.
+FILTER_KEYS = {"dataset": "dataset", "dialect": "dialect", "instruction_level": "level"}
+
+
+def _cell_html(c, r: dict) -> str:
+    raw = r.get(c.key)
+    if c.kind == "link" and isinstance(raw, (tuple, list)) and len(raw) == 2:
+        return f'<a href="{html.escape(str(raw[1]))}">{html.escape(str(raw[0]))}</a>'
+    return html.escape(c.format(r))
+
+
 def view_html(v: View) -> str:
     """One view as an HTML section with a sortable table (click a header to sort)."""
     out = [f'<section id="{html.escape(v.slug)}"><h2>{html.escape(v.title)}</h2>',
@@ -154,15 +189,31 @@ def view_html(v: View) -> str:
     out += [f'<th onclick="sortTable(this)">{html.escape(c.header)}</th>' for c in v.columns]
     out.append("</tr></thead><tbody>")
     for r in v.rows:
+        attrs = "".join(f' data-{a}="{html.escape(str(r[k]))}"' for k, a in FILTER_KEYS.items()
+                        if r.get(k) is not None)
         tds = []
         for c in v.columns:
             raw = r.get(c.key)
             cls = ' class="num"' if c.kind != "text" else ""
             tds.append(f'<td{cls} data-v="{html.escape(_sort_value(raw))}">'
-                       f"{html.escape(c.format(r))}</td>")
-        out.append("<tr>" + "".join(tds) + "</tr>")
+                       f"{_cell_html(c, r)}</td>")
+        out.append(f"<tr{attrs}>" + "".join(tds) + "</tr>")
     out.append("</tbody></table></section>")
     return "\n".join(out)
+
+
+def _filters_html(st: Statistics) -> str:
+    """Select boxes for dataset, dialect and instruction level (they hide non-matching rows)."""
+    parts = ['<div id="filters">Filter: ']
+    for key, attr in FILTER_KEYS.items():
+        values = sorted({str(r[key]) for r in st.ex_cells if r.get(key) is not None})
+        opts = '<option value="">all</option>' + "".join(
+            f'<option value="{html.escape(v)}">{html.escape(v)}</option>' for v in values)
+        label = {"instruction_level": "instruction level"}.get(key, key)
+        parts.append(f'<label>{label} <select data-key="{attr}" onchange="applyFilters()">'
+                     f"{opts}</select></label>")
+    parts.append("</div>")
+    return "".join(parts)
 
 
 def render_html(st: Statistics, store_sha256: str, figures: Sequence[tuple[str, str]] = ()) -> str:
@@ -173,15 +224,17 @@ def render_html(st: Statistics, store_sha256: str, figures: Sequence[tuple[str, 
     """
     summary = "".join(f"<li>{html.escape(s[2:]).replace('`', '')}</li>"
                       for s in _summary_lines(st, store_sha256))
-    figs = "".join(f'<figure><img src="{html.escape(f)}" alt="{html.escape(cap)}">'
-                   f"<figcaption>{html.escape(cap)}</figcaption></figure>" for f, cap in figures)
+    figs = "".join(f'<figure><a href="{html.escape(f)}"><img src="{html.escape(f)}" '
+                   f'alt="{html.escape(cap)}"></a><figcaption>{html.escape(cap)} '
+                   f'(<a href="{html.escape(f)}">full size</a>)</figcaption></figure>'
+                   for f, cap in figures)
     views = all_views(st)
     first, rest = view_html(views[0]), "\n".join(view_html(v) for v in views[1:])
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<title>polysql_ray leaderboard</title>"
         f"<style>{_CSS}</style><script>{_JS}</script></head>\n<body>"
-        f"<h1>polysql_ray leaderboard</h1><ul>{summary}</ul>\n{first}\n"
+        f"<h1>polysql_ray leaderboard</h1><ul>{summary}</ul>\n{_filters_html(st)}\n{first}\n"
         f'<section id="figures"><h2>Figures</h2><div class="figs">{figs}</div></section>\n'
         f"{rest}\n</body></html>\n"
     )

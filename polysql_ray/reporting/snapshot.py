@@ -5,7 +5,9 @@ Output folder contents:
 * ``leaderboard.md``, ``leaderboard.csv``, ``leaderboard.json``: byte-identical for the same
   store and config (sorted, fixed float formatting, no timestamps);
 * ``index.html``: static sortable tables + the PNG figures (relative links, no network);
-* ``ex_by_dialect.png``, ``mcnemar_heatmap.png``, ``rank_bump.png``;
+* the PNG figures of :data:`polysql_ray.reporting.figures.FIGURES`;
+* ``leaderboard.schema.json``: JSON Schema of ``leaderboard.json`` (:mod:`.schema`);
+* ``drill/*.html``: one per-question drill-down page per cell (:mod:`.drill`);
 * ``manifest.json``: store sha256, package versions, git SHA, policy versions, timestamp.
 """
 from __future__ import annotations
@@ -16,9 +18,13 @@ from pathlib import Path
 
 from polysql_ray.statistics.summary import Statistics, StatsConfig, compute_statistics
 
+from polysql_ray.statistics.load import load_scores
+
+from .drill import write_drill_pages
 from .figures import FIGURES, write_figures
 from .manifest import build_manifest, store_sha256
 from .render import render_csv, render_html, render_json, render_markdown
+from .schema import render_schema
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,8 @@ class Snapshot:
 
 
 def write_snapshot(results_dir: str | Path, out_dir: str | Path,
-                   config: StatsConfig = StatsConfig(), figures: bool = True) -> Snapshot:
+                   config: StatsConfig = StatsConfig(), figures: bool = True,
+                   drill: bool = True) -> Snapshot:
     """Compute statistics of ``results_dir`` and write the snapshot into ``out_dir``.
 
     Args:
@@ -46,6 +53,7 @@ def write_snapshot(results_dir: str | Path, out_dir: str | Path,
         out_dir: created if missing; existing snapshot files are overwritten.
         config: statistics knobs (baseline dialect, alpha, CI method ...).
         figures: also draw the PNG figures (and show them in the HTML page).
+        drill: also write the per-question drill-down pages.
 
     Raises:
         FileNotFoundError: the store has no Parquet file.
@@ -63,12 +71,21 @@ def write_snapshot(results_dir: str | Path, out_dir: str | Path,
         "md": ("leaderboard.md", render_markdown(st, digest, [f for f, _ in figs])),
         "csv": ("leaderboard.csv", render_csv(st)),
         "json": ("leaderboard.json", render_json(st, digest)),
+        "schema": ("leaderboard.schema.json", render_schema(st.tables())),
         "html": ("index.html", render_html(st, digest, figs)),
     }
     for name, (fname, text) in texts.items():
         p = out / fname
         p.write_text(text, encoding="utf-8", newline="\n")
         files[name] = p
+    if drill:
+        con, _ = load_scores(results_dir, policy_version=config.policy_version,
+                             exclude_generators=config.exclude_generators, counting=config.counting)
+        try:
+            for i, p in enumerate(write_drill_pages(results_dir, out, con, st.ex_cells)):
+                files[f"drill{i}"] = p
+        finally:
+            con.close()
     manifest = build_manifest(results_dir, digest, list(st.load.policy_versions), files,
                               extra=st.meta())
     mp = out / "manifest.json"

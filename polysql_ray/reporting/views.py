@@ -56,10 +56,24 @@ def fmt_plain(x: object) -> str:
     return str(x)
 
 
+def fmt_link(x: object) -> str:
+    """A ``(text, href)`` pair as its text (renderers that know links use the href)."""
+    if isinstance(x, (tuple, list)) and len(x) == 2:
+        return str(x[0])
+    return fmt_plain(x)
+
+
+def fmt_range(x: object) -> str:
+    """A ``(best, worst)`` rank pair as ``1`` or ``1-3``; ``-`` if missing."""
+    if isinstance(x, (tuple, list)) and len(x) == 2 and _num(x[0]) and _num(x[1]):
+        return f"{x[0]}" if x[0] == x[1] else f"{x[0]}-{x[1]}"
+    return "-"
+
+
 #: Column kind -> formatter.
 FORMATS: dict[str, Callable[[object], str]] = {
     "pct": fmt_pct, "ci": fmt_ci, "p": fmt_p, "f3": fmt_f3, "pts": fmt_f1, "text": fmt_plain,
-    "int": fmt_plain,
+    "int": fmt_plain, "link": fmt_link, "range": fmt_range,
 }
 
 
@@ -110,6 +124,10 @@ def dialect_order(st: Statistics) -> list[str]:
     return ([base] if base in order else []) + [d for d in order if d != base]
 
 
+#: Leaderboard row label of the gold-portability ceiling.
+GOLD_ROW = "(gold SQL: ceiling)"
+
+
 def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
     """Wide leaderboard: one row per model, EX (pooled) per dialect, mean drop from baseline.
 
@@ -142,6 +160,20 @@ def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
         return (-(b if _num(b) else (r["mean_ex"] if _num(r["mean_ex"]) else -1.0)), r["model"])
 
     rows.sort(key=order)
+    gold = {r["dialect"]: r for r in st.gold_ceiling if r["dataset"] == "ALL"}
+    if gold:  # the ceiling as context, always last
+        row = {"model": GOLD_ROW}
+        for d in dialects:
+            c = gold.get(d)
+            row[f"ex:{d}"] = c["ex"] if c else None
+            row[f"ci:{d}"] = (c["ex_lo"], c["ex_hi"]) if c else None
+        vals = [row[f"ex:{d}"] for d in dialects if _num(row[f"ex:{d}"])]
+        row["mean_ex"] = sum(vals) / len(vals) if vals else None
+        b = row.get(f"ex:{base}")
+        drops_g = [100 * (b - row[f"ex:{d}"]) for d in dialects
+                   if d != base and _num(b) and _num(row[f"ex:{d}"])]
+        row["mean_drop"] = sum(drops_g) / len(drops_g) if drops_g else None
+        rows.append(row)
     cols = [Column("Model", "model")]
     for d in dialects:
         cols.append(Column(f"{d} EX %" if with_ci else d, f"ex:{d}", "pct"))
@@ -151,7 +183,8 @@ def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
              Column(f"Mean drop vs {base} (pts)" if with_ci else "Drop (pts)", "mean_drop", "pts")]
     return View("leaderboard", "Leaderboard: EX % (pooled over datasets and instruction levels)",
                 f"EX = correct / scored questions, gold errors excluded; sorted by {base} EX. "
-                f"Drop = {base} EX minus dialect EX, in percentage points.",
+                f"Drop = {base} EX minus dialect EX, in percentage points. Last row: the gold SQL "
+                f"itself on each dialect (not a model): the ceiling a {base}-written query reaches.",
                 tuple(cols), tuple(rows))
 
 
@@ -164,12 +197,14 @@ def cells_view(st: Statistics) -> View:
         d = drops.get((r["model"], r["dataset"], r["instruction_level"], r["dialect"]), {})
         rows.append({**r, "ci": (r["ex_lo"], r["ex_hi"]),
                      "ci_nt": (r["ex_no_timeout_lo"], r["ex_no_timeout_hi"]),
+                     "drill": (f"{r['n'] - r['correct']} wrong", drill_href(r)),
                      "drop_points": d.get("drop_points"), "drop_relative": d.get("drop_relative")})
     rows.sort(key=lambda r: (r["dataset"], r["instruction_level"], r["dialect"],
                              -(r["ex"] if _num(r["ex"]) else -1.0), r["model"]))
     cols = (Column("Dataset", "dataset"), Column("Level", "instruction_level"),
             Column("Dialect", "dialect"), Column("Model", "model"), Column("n", "n", "int"),
-            Column("Correct", "correct", "int"), Column("EX %", "ex", "pct"),
+            Column("Correct", "correct", "int"), Column("Questions", "drill", "link"),
+            Column("EX %", "ex", "pct"),
             Column("95% CI", "ci", "ci"), Column("Gold errors", "gold_errors", "int"),
             Column("Unavailable", "unavailable", "int"), Column("Timeouts", "timeouts", "int"),
             Column("EX % w/o timeouts", "ex_no_timeout", "pct"),
@@ -179,6 +214,53 @@ def cells_view(st: Statistics) -> View:
                 "n excludes gold errors (not the model's fault) and unavailable engines; "
                 "timeouts count as wrong in EX and are excluded in the last EX column.",
                 cols, tuple(rows))
+
+
+def drill_href(cell: dict) -> str:
+    """Relative link of a cell's per-question drill-down page (``drill/<...>.html``)."""
+    import re
+
+    parts = [str(cell[k]) for k in ("dataset", "model", "dialect", "instruction_level")]
+    return "drill/" + "__".join(re.sub(r"[^A-Za-z0-9._-]+", "_", p) for p in parts) + ".html"
+
+
+def gold_ceiling_view(st: Statistics) -> View:
+    """EX of the gold SQL itself on each dialect: the context of every model's drop."""
+    cols = (Column("Dataset", "dataset"), Column("Dialect", "dialect"), Column("n", "n", "int"),
+            Column("Gold SQL EX %", "ex", "pct"), Column("95% CI", "ci", "ci"))
+    rows = tuple({**r, "ci": (r["ex_lo"], r["ex_hi"])} for r in st.gold_ceiling)
+    return View("gold-ceiling", "Gold-portability ceiling: the gold SQL run on each dialect",
+                "The gold SQL is written for the source dialect; its EX elsewhere is how much of it "
+                "survives the dialect change unchanged. A model's drop up to the gold's own drop "
+                "reflects source-dialect habits shared with the gold, not worse reasoning. "
+                "Empty when the gold generator was not run (add {name: gold, generator: gold}).",
+                cols, rows)
+
+
+def dataset_view(st: Statistics) -> View:
+    """EX per dataset, model and dialect (pooled over instruction levels)."""
+    cols = (Column("Dataset", "dataset"), Column("Model", "model"), Column("Dialect", "dialect"),
+            Column("n", "n", "int"), Column("EX %", "ex", "pct"), Column("95% CI", "ci", "ci"))
+    rows = tuple({**r, "ci": (r["ex_lo"], r["ex_hi"])} for r in st.ex_dataset)
+    return View("datasets", "EX per dataset (pooled over instruction levels)",
+                "One row per dataset, model and dialect; the leaderboard above pools datasets.",
+                cols, rows)
+
+
+def paired_drops_view(st: Statistics) -> View:
+    """Drop from the baseline on paired questions with a paired CI."""
+    base = st.config.baseline
+    cols = (Column("Model", "model"), Column("Dialect", "dialect"),
+            Column("Paired questions", "n_pairs", "int"),
+            Column(f"Right on {base} only", "only_baseline", "int"),
+            Column("Right on dialect only", "only_dialect", "int"),
+            Column("Drop (pts)", "drop_pts", "pts"), Column("95% paired CI (pts)", "drop_ci", "ci"))
+    rows = tuple({**r, "drop_pts": 100 * r["drop"], "drop_ci": (r["drop_lo"], r["drop_hi"])}
+                 for r in st.drops_paired)
+    return View("drops-paired", f"Drop from {base} on paired questions",
+                f"Questions scored on both {base} and the dialect; drop = (right on {base} only - "
+                "right on the dialect only) / pairs, with a 95% Wald CI for paired proportions.",
+                cols, rows)
 
 
 def hierarchy_view(st: Statistics) -> View:
@@ -195,14 +277,15 @@ def hierarchy_view(st: Statistics) -> View:
                 f"significant gap.", cols, tuple(st.hierarchy))
 
 
-def _pair_cols(with_model: bool) -> tuple[Column, ...]:
+def _pair_cols(with_model: bool, st_p_adjust: str = "holm") -> tuple[Column, ...]:
     cols = [Column("Model", "model")] if with_model else []
     cols += [Column("Dialect A", "dialect_a"), Column("Dialect B", "dialect_b"),
              Column("Pairs", "n_pairs", "int"), Column("Both right", "both", "int"),
              Column("Only A", "a_only", "int"), Column("Only B", "b_only", "int"),
              Column("Both wrong", "neither", "int"), Column("EX A %", "ex_a", "pct"),
              Column("EX B %", "ex_b", "pct"), Column("Cohen kappa", "kappa", "f3"),
-             Column("McNemar p", "p_value", "p"), Column("Exact test", "exact")]
+             Column("McNemar p", "p_value", "p"),
+             Column(f"p ({st_p_adjust})", "p_holm", "p"), Column("Exact test", "exact")]
     return tuple(cols)
 
 
@@ -211,9 +294,9 @@ def pairwise_views(st: Statistics) -> list[View]:
     note = ("Pairs = the same (model, dataset, level, question) on both dialects, both "
             "without gold error. Exact binomial McNemar when fewer than 25 discordant pairs.")
     return [View("pairwise", "Per-query agreement between dialects (pooled over models)",
-                 note, _pair_cols(False), tuple(st.pairwise_pooled)),
+                 note, _pair_cols(False, st.config.p_adjust or "unadjusted"), tuple(st.pairwise_pooled)),
             View("pairwise-model", "Per-query agreement between dialects, per model",
-                 note, _pair_cols(True), tuple(st.pairwise_model))]
+                 note, _pair_cols(True, st.config.p_adjust or "unadjusted"), tuple(st.pairwise_model))]
 
 
 def drops_view(st: Statistics) -> View:
@@ -228,9 +311,16 @@ def drops_view(st: Statistics) -> View:
 
 def rank_views(st: Statistics) -> list[View]:
     """Model rank per dialect (pooled) and Kendall's tau against the baseline ranking."""
-    ranks = View("ranks", "Model rank per dialect (pooled)", "1 = best EX on that dialect.",
+    rows = tuple({**r, "span": (r["rank_best"], r["rank_worst"]), "ci": (r["ex_lo"], r["ex_hi"])}
+                 for r in st.rank_intervals)
+    ranks = View("ranks", "Model rank per dialect (pooled), with the ranks the CIs allow",
+                 "1 = best EX on that dialect. 'Plausible ranks' runs from 1 + the models whose 95% CI "
+                 "lies wholly above this model's to the count of models minus those wholly below; "
+                 "models listed under 'Tied with' have overlapping CIs and are not told apart.",
                  (Column("Dialect", "dialect"), Column("Rank", "rank", "int"),
-                  Column("Model", "model"), Column("EX %", "ex", "pct")), tuple(st.ranks))
+                  Column("Plausible ranks", "span", "range"), Column("Model", "model"),
+                  Column("EX %", "ex", "pct"), Column("95% CI", "ci", "ci"),
+                  Column("Tied with", "tied_with")), rows)
     tau = View("rank-instability", f"Rank instability vs {st.config.baseline}",
                "Kendall's tau-b between the models' EX on the dialect and on the baseline "
                "(1 = same ranking); ALL = pooled.",
@@ -255,14 +345,34 @@ def taxonomy_view(st: Statistics) -> View:
     for d in dialects:
         cols.append(Column(f"{d} % of failures", f"share:{d}", "pct"))
     return View("taxonomy", "Error taxonomy (rule-based, share of failures per dialect)",
-                "Classes from pred_status and the comparison reason; families: syntactic, "
-                "schema, execution, logical, generation.", tuple(cols), tuple(rows))
+                "Classes from pred_status and the comparison reason; families: logical, schema, "
+                "dialect_syntax, execution, generation.", tuple(cols), tuple(rows))
+
+
+def judge_views(st: Statistics) -> list[View]:
+    """Judge-based error families per (model, dialect) and their agreement with the rules."""
+    per = View("judge-taxonomy", "Error taxonomy (judge-based, share of judged failures)",
+               "An LLM judge picks the first that applies of: schema linking, filtering, aggregation, "
+               "dialect syntax, invalid evaluation (logic before syntax). Empty until "
+               "`python -m jobs.judge` has run.",
+               (Column("Judge", "judge"), Column("Model", "model"), Column("Dialect", "dialect"),
+                Column("Family", "family"), Column("Count", "count", "int"),
+                Column("% of judged failures", "share", "pct")),
+               tuple(st.judge_taxonomy_model_dialect))
+    agree = View("judge-agreement", "Judge vs rule-based families",
+                 "Counts of judged failures by rule family (rows) and judge family; the diagonal "
+                 "is agreement.",
+                 (Column("Judge", "judge"), Column("Rule family", "rule_family"),
+                  Column("Judge family", "judge_family"), Column("Count", "count", "int")),
+                 tuple(st.judge_agreement))
+    return [per, agree]
 
 
 def all_views(st: Statistics) -> list[View]:
     """Every view, in report order."""
-    return [leaderboard_view(st), drops_view(st), hierarchy_view(st), *pairwise_views(st),
-            *rank_views(st), taxonomy_view(st), cells_view(st)]
+    return [leaderboard_view(st), gold_ceiling_view(st), drops_view(st), paired_drops_view(st),
+            dataset_view(st), hierarchy_view(st), *pairwise_views(st), *rank_views(st),
+            taxonomy_view(st), *judge_views(st), cells_view(st)]
 
 
 def cells_csv_columns() -> Sequence[str]:

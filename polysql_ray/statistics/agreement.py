@@ -166,3 +166,23 @@ def difficulty_hierarchy(
         if r["significant"]:
             tier += 1
     return out
+
+
+def holm_adjust(rows: list[dict], alpha: float = 0.05, method: str | None = "holm",
+                within: Sequence[str] = ()) -> list[dict]:
+    """Add ``p_holm`` (family-wise adjusted McNemar p) and ``significant`` to pairwise rows.
+
+    The family is every dialect pair inside one group of ``within`` (e.g. per model);
+    ``statsmodels.stats.multitest.multipletests(method=...)``. ``method=None`` copies p.
+    Returns the same rows (mutated) for chaining.
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[c] for c in within), []).append(r)
+    for rs in groups.values():
+        ps = [r["p_value"] for r in rs]
+        adj = list(multipletests(ps, alpha=alpha, method=method)[1]) if method and ps else ps
+        for r, pa in zip(rs, adj):
+            r["p_holm"] = float(pa)
+            r["significant"] = bool(pa < alpha)
+    return rows

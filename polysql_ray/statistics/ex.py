@@ -81,6 +81,8 @@ def ex_table(
         One dict per group, sorted by the group columns, with the group columns and:
         ``n_total`` (rows), ``gold_errors``, ``unavailable`` (other excluded rows),
         ``n`` (EX denominator), ``correct``, ``timeouts``, ``inconclusive``,
+        ``exec_errors`` (counted predictions that did not execute for a reason other than a
+        timeout: syntax, schema, runtime ...), ``proven`` (verdicts decided structurally),
         ``ex``, ``ex_lo``, ``ex_hi`` (fractions), ``n_no_timeout``, ``ex_no_timeout``,
         ``ex_no_timeout_lo``, ``ex_no_timeout_hi``. EX is NaN when n == 0.
     """
@@ -96,11 +98,15 @@ def ex_table(
             count(*) FILTER (WHERE NOT excluded) AS n,
             count(*) FILTER (WHERE NOT excluded AND is_pass) AS correct,
             count(*) FILTER (WHERE NOT excluded AND is_timeout) AS timeouts,
-            count(*) FILTER (WHERE NOT excluded AND verdict = 'inconclusive') AS inconclusive
+            count(*) FILTER (WHERE NOT excluded AND verdict = 'inconclusive') AS inconclusive,
+            count(*) FILTER (WHERE NOT excluded AND NOT is_pass AND NOT is_timeout
+                             AND starts_with(coalesce(reason, ''), 'pred_')) AS exec_errors,
+            count(*) FILTER (WHERE basis = 'proven') AS proven
         FROM {SCORES_TABLE} {group}
         """
     ).fetchall()
-    names = [*by, "n_total", "gold_errors", "unavailable", "n", "correct", "timeouts", "inconclusive"]
+    names = [*by, "n_total", "gold_errors", "unavailable", "n", "correct", "timeouts", "inconclusive",
+             "exec_errors", "proven"]
     out = []
     for row in rows:
         rec = dict(zip(names, row))
@@ -138,7 +144,8 @@ def drop_from_baseline(
     if not rows:
         return []
     if within is None:
-        known = {"n_total", "gold_errors", "unavailable", "n", "correct", "timeouts", "inconclusive"}
+        known = {"n_total", "gold_errors", "unavailable", "n", "correct", "timeouts", "inconclusive",
+                 "exec_errors", "proven"}
         within = [c for c in rows[0] if c != "dialect" and c not in known and not c.startswith("ex")
                   and c != "n_no_timeout"]
     key = lambda r: tuple(r[c] for c in within)  # noqa: E731
@@ -154,4 +161,46 @@ def drop_from_baseline(
                     "ex_baseline": b["ex"], "ex": r["ex"],
                     "drop_points": points, "drop_relative": rel})
     out.sort(key=lambda r: (*key(r), r["dialect"]))
+    return out
+
+
+def paired_drop(pairs: Iterable[dict], baseline: str = "sqlite", alpha: float = 0.05,
+                within: Sequence[str] = ("model",)) -> list[dict]:
+    """Drop from the baseline dialect on *paired* questions, with a paired confidence interval.
+
+    For the questions scored on both the baseline and dialect D (both counted in EX), with
+    ``b`` = right on the baseline only and ``c`` = right on D only among ``n`` pairs, the drop
+    is ``(b - c) / n`` and its (1 - alpha) Wald interval for a difference of paired proportions
+    uses ``se = sqrt(b + c - (b - c)**2 / n) / n`` (Agresti, *Categorical Data Analysis*,
+    section 10.1). Paired, so it is much narrower than the difference of two Wilson intervals.
+
+    Args:
+        pairs: :func:`polysql_ray.statistics.agreement.pairwise_dialects` rows.
+        baseline: the source dialect.
+        within: group columns of ``pairs`` to keep.
+
+    Returns:
+        Dicts sorted by ``within`` then dialect: ``within`` columns, ``dialect``, ``n_pairs``,
+        ``only_baseline`` (b), ``only_dialect`` (c), ``ex_baseline``, ``ex`` (both on the paired
+        questions), ``drop`` and ``drop_lo``, ``drop_hi`` (fractions; positive = lower on D).
+    """
+    from scipy.stats import norm
+
+    z = float(norm.ppf(1 - alpha / 2))
+    out = []
+    for p in pairs:
+        if baseline not in (p["dialect_a"], p["dialect_b"]):
+            continue
+        base_is_a = p["dialect_a"] == baseline
+        other = p["dialect_b"] if base_is_a else p["dialect_a"]
+        b, c = (p["a_only"], p["b_only"]) if base_is_a else (p["b_only"], p["a_only"])
+        n = p["n_pairs"]
+        d = (b - c) / n if n else math.nan
+        se = math.sqrt(max(0.0, b + c - (b - c) ** 2 / n)) / n if n else math.nan
+        out.append({**{k: p[k] for k in within}, "dialect": other, "n_pairs": n,
+                    "only_baseline": b, "only_dialect": c,
+                    "ex_baseline": p["ex_a"] if base_is_a else p["ex_b"],
+                    "ex": p["ex_b"] if base_is_a else p["ex_a"],
+                    "drop": d, "drop_lo": d - z * se, "drop_hi": d + z * se})
+    out.sort(key=lambda r: (*(r[k] for k in within), r["dialect"]))
     return out

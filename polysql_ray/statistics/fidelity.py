@@ -199,7 +199,7 @@ def assign_causes(direction: str, rows: list[dict], results_dir: str | Path,
                   spider_root: str | Path) -> list[Mismatch]:
     """Cause of every ``fail`` row of one direction (module doc for the rules)."""
     from polysql_ray.datasets.spiderman import source_name
-    from polysql_ray.engines.servers import replica_name
+    from polysql_ray.replication.certificate import read_manifest
 
     _, _, _, sqlite_side = DIRECTIONS[direction]
     out = []
@@ -219,7 +219,8 @@ def assign_causes(direction: str, rows: list[dict], results_dir: str | Path,
             note = "SQLite-side SQL rejected by MySQL ONLY_FULL_GROUP_BY; the rewrite regroups"
         elif r["reason"] == "values":
             if direction == "A":
-                mdb = replica_name("spider", db)
+                mdb = read_manifest(Path(results_dir) / "replicas" / "mysql" / "spider" / db
+                                    / "manifest.json").location
                 spath = str(Path(spider_root) / "database" / db / f"{db}.sqlite")
             else:
                 mdb = source_name(db)

@@ -14,6 +14,10 @@ question was scored under two comparison policies, only the latest scoring count
 with ``policy_version=`` to pin one). All statistics need exactly one verdict per question
 per cell, which is why we deduplicate on the analysis key.
 
+This is the one EX definition of the project: the run's end-of-run EX table
+(:mod:`polysql_ray.pipeline.summary`), the statistics job and the leaderboard all read the
+store through :func:`load_scores` and count with :func:`polysql_ray.statistics.ex.ex_table`.
+
 Counting policy (:class:`CountingPolicy`): a gold error (``verdict == "gold_error"``) is not the
 model's fault, and neither is an unavailable target engine (``reason == "pred_unavailable"``):
 such rows are *excluded* from the EX denominator and reported separately. Timeouts count as
@@ -50,7 +54,7 @@ class CountingPolicy:
         version: recorded with every snapshot.
     """
 
-    excluded_verdicts: tuple[str, ...] = ("gold_error",)
+    excluded_verdicts: tuple[str, ...] = ("gold_error", "unavailable")
     excluded_reasons: tuple[str, ...] = ("pred_unavailable",)
     timeout_statuses: tuple[str, ...] = ("timeout",)
     timeout_reasons: tuple[str, ...] = ("pred_timeout",)
@@ -72,13 +76,27 @@ def sql_list(values: tuple[str, ...] | list[str]) -> str:
 
 
 def store_files(results_dir: str | Path) -> list[Path]:
-    """Sorted Parquet files of the store under ``<results_dir>/scores`` (recursive).
+    """Sorted readable Parquet files of the store: ``<results_dir>/scores/**`` and the pending
+    ``<results_dir>/unavailable/`` rows (verdict ``unavailable``: counted apart, never in EX; a
+    scored row of the same key always wins in :func:`load_scores`). A damaged file (truncated,
+    not Parquet) is skipped with a one-line warning.
 
     Raises:
-        FileNotFoundError: no ``scores`` folder or no Parquet file in it.
+        FileNotFoundError: no readable Parquet file in either folder.
     """
+    import sys
+
+    from polysql_ray.store.parquet import damaged_part
+
     root = Path(results_dir) / "scores"
     files = sorted(p for p in root.rglob("*.parquet") if p.is_file()) if root.is_dir() else []
+    pending = Path(results_dir) / "unavailable"
+    if pending.is_dir():
+        files += sorted(p for p in pending.glob("*.parquet") if p.is_file())
+    for bad in [p for p in files if damaged_part(p) is not None]:
+        print(f"polysql_ray: warning: skipping damaged part file {bad} ({damaged_part(bad)}); "
+              f"the next run quarantines it and rescores its rows", file=sys.stderr)
+        files.remove(bad)
     if not files:
         raise FileNotFoundError(f"no score files under {root}/**/*.parquet")
     return files
@@ -112,6 +130,8 @@ def load_scores(
     policy_version: str | None = None,
     counting: CountingPolicy = DEFAULT_COUNTING,
     exclude_generators: tuple[str, ...] = (),
+    cell_keys: list[str] | None = None,
+    only_generators: tuple[str, ...] = (),
 ) -> tuple[duckdb.DuckDBPyConnection, LoadSummary]:
     """Create the deduplicated temp table ``scores`` in a DuckDB connection.
 
@@ -121,6 +141,10 @@ def load_scores(
         policy_version: keep only rows scored under this comparison policy version.
         counting: the counting policy that defines the derived columns.
         exclude_generators: leave out rows whose ``generator`` is one of these (``gold``).
+        only_generators: keep only rows of these generators (``("gold",)`` for the
+            gold-portability ceiling); empty keeps all.
+        cell_keys: keep only rows of these store cells (``cell_key``); the end-of-run EX
+            table of :mod:`polysql_ray.pipeline.summary` passes the run's cells.
 
     Returns:
         ``(con, summary)``. Table ``scores`` has all store columns plus
@@ -138,6 +162,10 @@ def load_scores(
         conds.append("policy_version = " + sql_list([policy_version])[1:-1])
     if exclude_generators:
         conds.append(f"coalesce(generator, '') NOT IN {sql_list(exclude_generators)}")
+    if only_generators:
+        conds.append(f"coalesce(generator, '') IN {sql_list(only_generators)}")
+    if cell_keys is not None:
+        conds.append(f"cell_key IN {sql_list(sorted(set(cell_keys)))}")
     where = ("WHERE " + " AND ".join(conds)) if conds else ""
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE raw_scores AS "
@@ -157,7 +185,8 @@ def load_scores(
         FROM (
             SELECT *, row_number() OVER (
                 PARTITION BY {key}
-                ORDER BY scored_at DESC NULLS LAST, filename DESC, key DESC) AS _rn
+                ORDER BY (verdict = 'unavailable') ASC NULLS FIRST, scored_at DESC NULLS LAST,
+                         filename DESC, key DESC) AS _rn
             FROM raw_scores)
         WHERE _rn = 1
         """
@@ -172,3 +201,38 @@ def load_scores(
     )
     con.execute("DROP TABLE raw_scores")
     return con, LoadSummary(len(files), rows_read, rows_kept, versions)
+
+
+def dataset_index(results_dir: str | Path) -> tuple[dict, dict]:
+    """Question texts and source databases of the datasets the store's runs used.
+
+    Reads every run manifest (``<results_dir>/runs/*/manifest.json``, composed config), loads
+    each dataset it names again, and returns ``(question by (dataset, question_id), (engine,
+    location) of the source database by (dataset, db_id))``. A dataset that cannot be loaded
+    any more (moved folder) is left out; both maps are empty when no manifest exists.
+    """
+    import json
+
+    from polysql_ray.datasets.registry import load_dataset
+
+    configs: dict[str, dict] = {}
+    for mf in sorted((Path(results_dir) / "runs").glob("*/manifest.json")):
+        try:
+            cfg = json.loads(mf.read_text(encoding="utf-8")).get("config") or {}
+        except (OSError, ValueError):
+            continue
+        sweep_ds = (cfg.get("sweep") or {}).get("datasets") or []
+        for d in [cfg.get("dataset"), *sweep_ds]:
+            if isinstance(d, dict) and d.get("name"):
+                configs[d["name"]] = d
+    text, sources = {}, {}
+    for name, cfg in sorted(configs.items()):
+        try:
+            examples = load_dataset(cfg)
+        except Exception:  # noqa: BLE001 - a dataset that moved only costs the question text
+            continue
+        for e in examples:
+            text[(name, e.question_id)] = e.question
+            if e.database.exists:
+                sources[(name, e.db_id)] = (e.database.engine, e.database.location)
+    return text, sources

@@ -80,3 +80,36 @@ def rank_instability(
             out.append({**dict(zip(scope, s)), "dialect": dialect, "n_models": len(models),
                         "tau": tau, "p_value": p})
     return out
+
+
+def rank_intervals(ex_rows: Iterable[dict], scope: Sequence[str] = ()) -> list[dict]:
+    """Ranks that do not rank noise: each model's range of plausible ranks per dialect.
+
+    Model M is *clearly better* than N when M's CI lower bound lies above N's upper bound
+    (``ex_lo``/``ex_hi`` of :func:`polysql_ray.statistics.ex.ex_table`, Wilson by default).
+    M's best plausible rank is 1 + the models clearly better than M; its worst is the number
+    of models minus those clearly worse. Models whose intervals overlap share ranks.
+
+    Returns:
+        Dicts sorted by scope, dialect, rank: scope columns, ``dialect``, ``model``, ``ex``,
+        ``ex_lo``, ``ex_hi``, ``rank`` (point rank by EX, ``min`` ties), ``rank_best``,
+        ``rank_worst``, ``tied_with`` (comma-separated models whose CIs overlap M's).
+    """
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in ex_rows:
+        if r["n"]:
+            groups[(*_scope(r, scope), r["dialect"])].append(r)
+    out = []
+    for g, rows in sorted(groups.items()):
+        ranks = rankdata([-r["ex"] for r in rows], method="min")
+        for r, k in zip(rows, ranks):
+            better = sum(1 for o in rows if o is not r and o["ex_lo"] > r["ex_hi"])
+            worse = sum(1 for o in rows if o is not r and o["ex_hi"] < r["ex_lo"])
+            tied = sorted(o["model"] for o in rows if o is not r
+                          and not (o["ex_lo"] > r["ex_hi"] or o["ex_hi"] < r["ex_lo"]))
+            out.append({**dict(zip(scope, g[:-1])), "dialect": g[-1], "model": r["model"],
+                        "ex": r["ex"], "ex_lo": r["ex_lo"], "ex_hi": r["ex_hi"], "rank": int(k),
+                        "rank_best": 1 + better, "rank_worst": len(rows) - worse,
+                        "tied_with": ",".join(tied)})
+    out.sort(key=lambda r: (*_scope(r, scope), r["dialect"], r["rank"], r["model"]))
+    return out

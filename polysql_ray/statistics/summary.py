@@ -4,11 +4,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .agreement import difficulty_hierarchy, pairwise_dialects
-from .ex import drop_from_baseline, ex_table
+from .agreement import difficulty_hierarchy, holm_adjust, pairwise_dialects
+from .ex import drop_from_baseline, ex_table, paired_drop
 from .load import CELL, DEFAULT_COUNTING, CountingPolicy, LoadSummary, load_scores
-from .ranking import model_ranks, rank_instability
-from .taxonomy import error_taxonomy
+from .ranking import ALL, model_ranks, rank_instability, rank_intervals
+from .taxonomy import error_taxonomy, judge_taxonomy
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,16 @@ class Statistics:
         rank_instability: Kendall's tau vs the baseline, pooled and per (dataset, level).
         taxonomy_dialect: rule-based error classes per dialect.
         taxonomy_model_dialect: rule-based error classes per (model, dialect).
+        ex_dataset: EX per (dataset, model, dialect), pooled over instruction levels.
+        gold_ceiling: EX of the ``gold`` generator (the gold SQL run on each dialect) per
+            (dataset, dialect), and pooled (``dataset = "ALL"``): how much of the gold itself
+            survives the dialect change, i.e. the context of every model's drop.
+        drops_paired: drop from the baseline per (model, dialect) on paired questions with a
+            paired CI (:func:`paired_drop`).
+        rank_intervals: per dialect, each model's plausible rank range (:func:`rank_intervals`).
+        judge_taxonomy_model_dialect: judge-based error classes per (model, dialect), when the
+            judge job has run (:func:`judge_taxonomy`); empty otherwise.
+        judge_agreement: judge family vs rule family counts (:func:`judge_taxonomy`).
     """
 
     load: LoadSummary
@@ -70,6 +80,12 @@ class Statistics:
     rank_instability: list[dict] = field(default_factory=list)
     taxonomy_dialect: list[dict] = field(default_factory=list)
     taxonomy_model_dialect: list[dict] = field(default_factory=list)
+    ex_dataset: list[dict] = field(default_factory=list)
+    gold_ceiling: list[dict] = field(default_factory=list)
+    drops_paired: list[dict] = field(default_factory=list)
+    rank_intervals: list[dict] = field(default_factory=list)
+    judge_taxonomy_model_dialect: list[dict] = field(default_factory=list)
+    judge_agreement: list[dict] = field(default_factory=list)
 
     def tables(self) -> dict[str, list[dict]]:
         """The tables by name (everything except ``load`` and ``config``)."""
@@ -104,8 +120,9 @@ def compute_statistics(results_dir: str | Path, config: StatsConfig = StatsConfi
         st.ex_dialect = ex_table(con, ("dialect",), a, m)
         st.drops = drop_from_baseline(st.ex_cells, config.baseline)
         st.drops_model = drop_from_baseline(st.ex_model_dialect, config.baseline)
-        st.pairwise_model = pairwise_dialects(con, ("model",))
-        st.pairwise_pooled = pairwise_dialects(con, ())
+        st.pairwise_model = holm_adjust(pairwise_dialects(con, ("model",)), a, config.p_adjust,
+                                        ("model",))
+        st.pairwise_pooled = holm_adjust(pairwise_dialects(con, ()), a, config.p_adjust)
         st.hierarchy = difficulty_hierarchy(st.ex_dialect, st.pairwise_pooled, a, config.p_adjust)
         st.ranks = model_ranks(st.ex_model_dialect)
         st.rank_instability = (
@@ -114,6 +131,33 @@ def compute_statistics(results_dir: str | Path, config: StatsConfig = StatsConfi
         )
         st.taxonomy_dialect = error_taxonomy(con, ("dialect",))
         st.taxonomy_model_dialect = error_taxonomy(con, ("model", "dialect"))
-        return st
+        st.ex_dataset = ex_table(con, ("dataset", "model", "dialect"), a, m)
+        st.drops_paired = paired_drop(st.pairwise_model, config.baseline, a)
+        st.rank_intervals = rank_intervals(st.ex_model_dialect)
+        st.judge_taxonomy_model_dialect, st.judge_agreement = judge_taxonomy(con, results_dir)
+    finally:
+        con.close()
+    st.gold_ceiling = gold_ceiling(results_dir, config)
+    return st
+
+
+def gold_ceiling(results_dir: str | Path, config: StatsConfig = StatsConfig()) -> list[dict]:
+    """EX of the ``gold`` generator per (dataset, dialect) and pooled (``dataset = "ALL"``).
+
+    Returns:
+        :func:`ex_table` rows with ``dataset`` and ``dialect``; empty when no gold rows.
+    """
+    try:
+        con, load = load_scores(results_dir, policy_version=config.policy_version,
+                                only_generators=("gold",), counting=config.counting)
+    except FileNotFoundError:
+        return []
+    try:
+        if not load.rows_kept:
+            return []
+        a, m = config.alpha, config.ci_method
+        rows = ex_table(con, ("dataset", "dialect"), a, m)
+        rows += [{"dataset": ALL, **r} for r in ex_table(con, ("dialect",), a, m)]
+        return rows
     finally:
         con.close()

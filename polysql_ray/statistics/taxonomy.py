@@ -4,7 +4,7 @@ Rule-based classes (:data:`RULES`, first matching rule wins) come from ``verdict
 ``pred_status`` and ``reason`` (vocabulary: :mod:`polysql_ray.store.schema`,
 :class:`polysql_ray.engines.base.ExecStatus`). Each class belongs to a *family* so the
 PolySQL split (paper: 61% logical vs 8% syntactic failures) can be reported:
-``syntactic`` (dialect syntax), ``schema``, ``execution`` (runtime, timeout, too large /
+``dialect_syntax``, ``schema``, ``execution`` (runtime, timeout, too large /
 rejected), ``logical`` (wrong result), ``generation`` (no SQL), ``other``.
 
 The judge hook (:func:`judge_error_class`) asks a caller-supplied ``judge(prompt) -> str``
@@ -28,7 +28,7 @@ class TaxonomyRule:
 
     Attributes:
         label: class name stored in reports.
-        family: coarse family (``syntactic``, ``schema``, ``execution``, ``logical`` ...).
+        family: coarse family (:data:`FAMILIES`: ``dialect_syntax``, ``schema``, ``execution``, ``logical`` ...).
         verdicts: matching ``verdict`` values.
         reasons: matching ``reason`` values (the part before any ``:``).
         pred_statuses: matching ``pred_status`` values.
@@ -41,6 +41,10 @@ class TaxonomyRule:
     pred_statuses: tuple[str, ...] = ()
 
 
+#: Failure families in report order (rule-based and judge-based classes both map onto them).
+FAMILIES: tuple[str, ...] = ("logical", "schema", "dialect_syntax", "execution", "generation",
+                             "invalid_evaluation", "other")
+
 #: Ordered rules; the first match wins; ``other`` catches the rest.
 RULES: tuple[TaxonomyRule, ...] = (
     TaxonomyRule("gold_error", "excluded", verdicts=("gold_error",)),
@@ -50,7 +54,7 @@ RULES: tuple[TaxonomyRule, ...] = (
     TaxonomyRule("unavailable", "excluded", reasons=("pred_unavailable",),
                  pred_statuses=("unavailable",)),
     TaxonomyRule("timeout", "execution", reasons=("pred_timeout",), pred_statuses=("timeout",)),
-    TaxonomyRule("dialect_syntax_error", "syntactic", reasons=("pred_syntax",),
+    TaxonomyRule("dialect_syntax_error", "dialect_syntax", reasons=("pred_syntax",),
                  pred_statuses=("syntax",)),
     TaxonomyRule("schema_linking_error", "schema", reasons=("pred_schema",),
                  pred_statuses=("schema",)),
@@ -141,6 +145,14 @@ JUDGE_LABELS: tuple[str, ...] = (
 
 #: Normalised phrases naming each label. Strong phrases are the label itself; weak phrases
 #: are only used when no strong phrase is found.
+#: Family of each judge label (the paper's logic-before-syntax split: schema linking is its own
+#: family; filtering and aggregation are logical).
+JUDGE_FAMILY: dict[str, str] = {
+    "schema_linking_error": "schema", "filtering_error": "logical",
+    "aggregation_error": "logical", "dialect_error": "dialect_syntax",
+    "invalid_evaluation": "invalid_evaluation", "unparsed": "other",
+}
+
 _STRONG = {
     "schema_linking_error": ("schema linking error", "schema link error", "schemalinking error"),
     "filtering_error": ("filtering error", "filter error"),
@@ -278,3 +290,54 @@ def judge_error_class(row: Mapping[str, object], judge: Callable[[str], str]) ->
     """
     raw = judge(build_judge_prompt(row))
     return JudgeResult(parse_judge_label(raw) or "unparsed", raw)
+
+
+# ------------------------------------------------------------------- judge-based taxonomy
+
+#: Folder (under ``results_dir``) of the judge job's verdicts: ``judgements/<judge>.parquet``.
+JUDGEMENTS_DIR = "judgements"
+
+
+def judgement_files(results_dir) -> list:
+    """Sorted ``<results_dir>/judgements/*.parquet`` files (empty when the judge never ran)."""
+    from pathlib import Path
+
+    root = Path(results_dir) / JUDGEMENTS_DIR
+    return sorted(root.glob("*.parquet")) if root.is_dir() else []
+
+
+def judge_taxonomy(con: duckdb.DuckDBPyConnection, results_dir) -> tuple[list[dict], list[dict]]:
+    """Judge-based error families per (judge, model, dialect), and judge vs rule agreement.
+
+    Reads the judge job's files (:data:`JUDGEMENTS_DIR`) and keeps the judgements whose score
+    ``key`` is a current failure of the loaded ``scores`` table (a rescored question drops its
+    old judgement).
+
+    Returns:
+        ``(per_cell, agreement)``. ``per_cell``: dicts sorted by judge, model, dialect, family with
+        ``judge, model, dialect, family, count, share`` (share of the judged failures).
+        ``agreement``: dicts sorted by judge, rule family, judge family with ``judge,
+        rule_family, judge_family, count``. Both empty when the judge job has not run.
+    """
+    files = judgement_files(results_dir)
+    if not files:
+        return [], []
+    flist = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
+    base = f"""
+        SELECT judge, model, dialect, jfamily AS family, {error_class_sql(RULES, 'family')} AS rule_family
+        FROM (SELECT j.judge AS judge, j.family AS jfamily, s.model, s.dialect, s.verdict, s.reason,
+                     s.pred_status, s.excluded, s.is_pass
+              FROM read_parquet({flist}, union_by_name=true) j
+              JOIN {SCORES_TABLE} s ON s.key = j.key)
+        WHERE NOT excluded AND NOT is_pass"""
+    per_cell = con.execute(f"""
+        SELECT judge, model, dialect, family, count(*) AS count,
+               count(*) / sum(count(*)) OVER (PARTITION BY judge, model, dialect) AS share
+        FROM ({base}) GROUP BY judge, model, dialect, family
+        ORDER BY judge, model, dialect, family""").fetchall()
+    agree = con.execute(f"""
+        SELECT judge, rule_family, family AS judge_family, count(*) AS count
+        FROM ({base}) GROUP BY judge, rule_family, family
+        ORDER BY judge, rule_family, judge_family""").fetchall()
+    return ([dict(zip(("judge", "model", "dialect", "family", "count", "share"), r)) for r in per_cell],
+            [dict(zip(("judge", "rule_family", "judge_family", "count"), r)) for r in agree])

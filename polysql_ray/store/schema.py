@@ -6,7 +6,8 @@ finds every key already stored and skips it.
 
 Verdict vocabulary (stored verbatim):
 
-* ``verdict``: ``pass`` | ``fail`` | ``inconclusive`` | ``gold_error``.
+* ``verdict``: ``pass`` | ``fail`` | ``inconclusive`` | ``gold_error``; ``unavailable`` only
+  in ``<results_dir>/unavailable/`` (an execution could not run: infrastructure, rescored).
 * ``correct``: ``verdict == "pass"``.
 * ``reason``: ``match`` on a pass; for result-set mismatches a comparison reason code
   (``column_count``, ``row_count``, ``order``, ``values`` ...); ``pred_<status>`` when the
@@ -62,5 +63,5 @@ SCORE_SCHEMA = pa.schema(
     ]
 )
 
-VERDICTS = ("pass", "fail", "inconclusive", "gold_error")
+VERDICTS = ("pass", "fail", "inconclusive", "gold_error", "unavailable")
 BASES = ("observed", "proven", "judged")

@@ -1,0 +1,249 @@
+"""The hostile-SQL catalogue: untrusted predictions per engine, organised by attack class.
+
+Not a test module: ``test_hostile_embedded.py`` and ``test_hostile_servers.py`` run every case
+through the real engine and assert (1) the typed status is one of ``expect`` (never a
+traceback), (2) the replica and the source file are unchanged, (3) the next prediction on the
+same engine (same pooled connection) still scores correctly, and - where a case sets
+``after`` - that the state the attack tried to leave behind (locks, variables, aborted
+transaction) is gone.
+
+Attack classes (:data:`CLASSES`): file access, DDL/DML, multi-statement and comment tricks,
+session and server control, resource exhaustion, information leaks, malformed text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polysql_ray.engines.base import ExecStatus as S, Limits
+
+CLASSES = ("file_access", "ddl_dml", "multi_statement_comment", "session_server_control",
+           "resource_exhaustion", "information_leak", "malformed_text")
+
+#: Limits of the suite: short timeout (the suite's wall time), small row cap and result bytes.
+LIMITS = Limits(timeout_s=1.0, row_cap=1000, max_bytes=1_000_000, max_sql_chars=100_000)
+
+#: The canary after every attack: its first value must be this (singer has 6 rows).
+CANARY = ("SELECT count(*) FROM singer", 6)
+
+REJ = {S.REJECTED}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One hostile prediction.
+
+    Attributes:
+        cls: attack class (one of :data:`CLASSES`).
+        sql: the prediction.
+        expect: statuses that are a correct, safe outcome.
+        after: ``(probe_sql, expected first value)`` run next on the same engine: the attack's
+            leftover state must be gone (None: only the canary).
+        name: short id for test names.
+    """
+
+    cls: str
+    sql: str
+    expect: frozenset
+    after: tuple | None = None
+    name: str = ""
+
+
+def C(cls, name, sql, expect=REJ, after=None) -> Case:
+    return Case(cls, sql, frozenset(expect), after, name)
+
+
+OR_CHAIN_5K = "SELECT count(*) FROM singer WHERE " + " OR ".join(f"{i} = {i + 1}" for i in range(5000))
+OR_CHAIN_20K = "SELECT count(*) FROM singer WHERE " + " OR ".join(f"{i} = {i + 1}" for i in range(20000))
+DEEP_PARENS = "SELECT " + "(" * 3000 + "1" + ")" * 3000
+
+#: Cases every engine must handle identically.
+COMMON = [
+    C("ddl_dml", "delete", "DELETE FROM singer"),
+    C("ddl_dml", "update", "UPDATE singer SET Age = 0"),
+    C("ddl_dml", "insert", "INSERT INTO singer (Singer_ID) VALUES (99)"),
+    C("ddl_dml", "drop", "DROP TABLE singer"),
+    C("ddl_dml", "create", "CREATE TABLE polysql_evil (a INT)"),
+    C("ddl_dml", "alter", "ALTER TABLE singer ADD COLUMN evil INT"),
+    C("ddl_dml", "create_view", "CREATE VIEW polysql_v AS SELECT 1"),
+    C("multi_statement_comment", "select_then_delete", "SELECT 1; DELETE FROM singer"),
+    C("multi_statement_comment", "trailing_drop", "SELECT 1;DROP TABLE singer;"),
+    C("multi_statement_comment", "comment_hides_semicolon", "SELECT 1 /* ; */; DELETE FROM singer"),
+    C("multi_statement_comment", "line_comment_then_drop", "SELECT 1 -- x\n; DROP TABLE singer"),
+    C("multi_statement_comment", "string_with_semicolon_ok", "SELECT count(*) FROM singer WHERE 'a;DELETE FROM singer' <> ''",
+      {S.OK}),
+    C("resource_exhaustion", "sql_too_long", OR_CHAIN_20K),
+    C("resource_exhaustion", "row_cap", "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 5000) "
+      "SELECT n FROM r", {S.TOO_LARGE}),
+    C("resource_exhaustion", "runaway_recursion", "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) "
+      "SELECT count(*) FROM r", {S.TIMEOUT}),
+    C("resource_exhaustion", "or_chain_5k", OR_CHAIN_5K, {S.OK, S.RUNTIME, S.SYNTAX, S.TIMEOUT}),
+    C("malformed_text", "lone_surrogate", "SELECT '\ud800' FROM singer"),
+    C("malformed_text", "nul_char", "SELECT 1\x00; DROP TABLE singer"),
+    C("malformed_text", "binary_junk", "\x00\xff\xfe\x01SELECT"),
+    C("malformed_text", "unterminated_string", "SELECT 'abc FROM singer", {S.SYNTAX, S.REJECTED}),
+    C("malformed_text", "unterminated_comment", "SELECT 1 /* never closed", {S.SYNTAX, S.REJECTED, S.OK}),
+    C("malformed_text", "deep_parentheses", DEEP_PARENS, {S.SYNTAX, S.RUNTIME, S.REJECTED, S.OK}),
+    C("malformed_text", "only_semicolons", ";;; ;", {S.EMPTY}),
+    C("malformed_text", "only_comment", "/* nothing */ -- here", {S.EMPTY}),
+]
+
+SQLITE = [
+    C("file_access", "attach", "ATTACH DATABASE '/tmp/polysql_evil.db' AS e"),
+    C("file_access", "load_extension", "SELECT load_extension('/tmp/polysql_evil.so')"),
+    C("file_access", "readfile", "SELECT readfile('/etc/passwd')", {S.REJECTED, S.SYNTAX}),
+    C("file_access", "writefile", "SELECT writefile('/tmp/polysql_evil', 'x')", {S.REJECTED, S.SYNTAX}),
+    C("file_access", "vacuum_into", "VACUUM INTO '/tmp/polysql_evil.db'"),
+    C("ddl_dml", "replace", "REPLACE INTO singer (Singer_ID) VALUES (1)"),
+    C("ddl_dml", "cte_delete", "WITH x AS (SELECT 1) DELETE FROM singer"),
+    C("session_server_control", "pragma_query_only", "PRAGMA query_only = 0"),
+    C("session_server_control", "pragma_writable_schema", "PRAGMA writable_schema = ON"),
+    C("session_server_control", "pragma_function", "SELECT * FROM pragma_table_info('singer')"),
+    C("session_server_control", "begin", "BEGIN IMMEDIATE"),
+    C("session_server_control", "reindex", "REINDEX singer"),
+    C("session_server_control", "savepoint", "SAVEPOINT a"),
+    C("resource_exhaustion", "cartesian", "SELECT count(*) FROM singer a, singer b, singer c, singer d, "
+      "singer e, singer f, singer g, singer h, singer i, singer j, singer k", {S.TIMEOUT}),
+    C("resource_exhaustion", "huge_blob", "SELECT zeroblob(2000000000)", {S.RUNTIME, S.TOO_LARGE}),
+    C("resource_exhaustion", "big_value", "SELECT hex(zeroblob(3000000))", {S.TOO_LARGE}),
+    C("information_leak", "database_list", "SELECT * FROM pragma_database_list"),
+    C("information_leak", "compile_options", "SELECT * FROM pragma_compile_options"),
+]
+
+DUCKDB = [
+    C("file_access", "read_text", "SELECT * FROM read_text('/etc/passwd')"),
+    C("file_access", "read_csv", "SELECT * FROM read_csv('/etc/passwd')"),
+    C("file_access", "glob", "SELECT * FROM glob('/etc/*')"),
+    C("file_access", "copy_to", "COPY (SELECT 1) TO '/tmp/polysql_evil.csv'"),
+    C("file_access", "attach", "ATTACH '/tmp/polysql_evil.duckdb' AS e"),
+    C("file_access", "install", "INSTALL httpfs"),
+    C("file_access", "load", "LOAD httpfs"),
+    C("file_access", "export", "EXPORT DATABASE '/tmp/polysql_evil_dir'"),
+    C("file_access", "parquet_scan", "SELECT * FROM parquet_scan('/tmp/x.parquet')"),
+    C("ddl_dml", "create_temp", "CREATE TEMP TABLE t AS SELECT 1"),
+    C("ddl_dml", "create_macro", "CREATE MACRO m(a) AS a"),
+    C("session_server_control", "set_threads", "SET threads = 64"),
+    C("session_server_control", "reset_lock", "RESET lock_configuration"),
+    C("session_server_control", "set_variable", "SET VARIABLE polysql_x = 1",
+      after=("SELECT getvariable('polysql_x') IS NULL", True)),
+    C("session_server_control", "pragma", "PRAGMA enable_profiling"),
+    C("session_server_control", "checkpoint", "CHECKPOINT"),
+    C("session_server_control", "detach", "DETACH DATABASE memory"),
+    C("session_server_control", "use", "USE memory"),
+    C("session_server_control", "call", "CALL pragma_version()"),
+    C("session_server_control", "from_first_then_set", "FROM singer SELECT 1; SET threads = 8"),
+    C("resource_exhaustion", "huge_range", "SELECT count(*) FROM range(1000000000000) a", {S.TIMEOUT}),
+    C("resource_exhaustion", "cartesian", "SELECT count(*) FROM range(100000000) a, range(1000) b", {S.TIMEOUT}),
+    C("resource_exhaustion", "big_value", "SELECT repeat('x', 3000000)", {S.TOO_LARGE}),
+    C("information_leak", "secrets", "SELECT * FROM duckdb_secrets()"),
+    C("information_leak", "getenv", "SELECT getenv('HOME')", {S.REJECTED, S.SYNTAX}),
+]
+
+POSTGRES = [
+    C("file_access", "pg_read_file", "SELECT pg_read_file('/etc/passwd')"),
+    C("file_access", "pg_read_file_from", "SELECT * FROM pg_read_file('/etc/passwd')"),
+    C("file_access", "pg_ls_dir", "SELECT * FROM pg_ls_dir('.')"),
+    C("file_access", "copy_program", "COPY (SELECT 1) TO PROGRAM 'id'"),
+    C("file_access", "copy_to_file", "COPY (SELECT 1) TO '/tmp/polysql_evil'"),
+    C("file_access", "lo_import", "SELECT lo_import('/etc/passwd')"),
+    # OPERATOR(pg_catalog.=) keeps sqlglot from parsing, so only the server can refuse it
+    C("file_access", "pg_read_file_unparseable",
+      "SELECT pg_read_file('/etc/passwd') WHERE 1 OPERATOR(pg_catalog.=) 1"),
+    C("ddl_dml", "cte_delete", "WITH d AS (DELETE FROM singer RETURNING *) SELECT * FROM d",
+      {S.REJECTED, S.RUNTIME}),
+    C("ddl_dml", "select_into", "SELECT * INTO polysql_evil FROM singer", {S.REJECTED, S.SYNTAX}),
+    C("ddl_dml", "nextval", "SELECT nextval('polysql_seq')", {S.REJECTED, S.SCHEMA}),
+    C("multi_statement_comment", "dollar_quote", "SELECT $$a$$; DELETE FROM singer"),
+    # PostgreSQL nests block comments: this is one statement, SELECT 1 (no DELETE runs)
+    C("multi_statement_comment", "nested_comment", "SELECT 1 /* /* */ ; DELETE FROM singer */",
+      {S.REJECTED, S.SYNTAX, S.OK}),
+    C("session_server_control", "terminate", "SELECT pg_terminate_backend(pg_backend_pid())"),
+    C("session_server_control", "terminate_unparseable",
+      "SELECT pg_terminate_backend(pid) FROM pg_stat_get_activity(NULL) WHERE 1 OPERATOR(pg_catalog.=) 1"),
+    C("session_server_control", "cancel_unparseable",
+      "SELECT pg_cancel_backend(pg_backend_pid()) WHERE 1 OPERATOR(pg_catalog.=) 1"),
+    C("session_server_control", "set_config", "SELECT set_config('statement_timeout', '0', false)"),
+    C("session_server_control", "set_config_unparseable",
+      "SELECT set_config('statement_timeout', '0', false) WHERE 1 OPERATOR(pg_catalog.=) 1"),
+    C("session_server_control", "set", "SET statement_timeout = 0"),
+    C("session_server_control", "reload_conf", "SELECT pg_reload_conf()"),
+    C("session_server_control", "advisory_lock", "SELECT pg_advisory_lock(4242)", {S.OK},
+      after=("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'", 0)),
+    C("session_server_control", "aborted_transaction", "SELECT 1 / 0", {S.RUNTIME},
+      after=("SELECT 7", 7)),
+    C("session_server_control", "begin", "BEGIN"),
+    C("session_server_control", "listen", "LISTEN polysql", {S.REJECTED, S.SYNTAX}),
+    C("resource_exhaustion", "sleep", "SELECT pg_sleep(30)", {S.TIMEOUT}),
+    C("resource_exhaustion", "slow_fetch",  # each row is fast; the whole fetch is not
+      "SELECT g, pg_sleep(0.005) FROM generate_series(1, 900) g", {S.TIMEOUT}),
+    C("resource_exhaustion", "cancel_mid_transfer",
+      "SELECT g, pg_sleep(CASE WHEN g > 500 THEN 5 ELSE 0 END) FROM generate_series(1, 900) g",
+      {S.TIMEOUT}, after=("SELECT 8", 8)),
+    C("resource_exhaustion", "big_value", "SELECT repeat('x', 3000000)", {S.TOO_LARGE}),
+    C("resource_exhaustion", "many_rows", "SELECT * FROM generate_series(1, 100000000)", {S.TOO_LARGE, S.TIMEOUT}),
+    C("information_leak", "stat_activity", "SELECT query FROM pg_stat_activity"),
+    C("information_leak", "stat_activity_unparseable",
+      "SELECT query FROM pg_stat_activity WHERE 1 OPERATOR(pg_catalog.=) 1"),
+    C("information_leak", "backend_activity",
+      "SELECT pg_stat_get_backend_activity(s) FROM pg_stat_get_backend_idset() s"),
+    C("information_leak", "shadow", "SELECT * FROM pg_shadow"),
+    C("information_leak", "authid", "SELECT rolpassword FROM pg_authid"),
+    C("information_leak", "data_directory", "SELECT current_setting('data_directory')"),
+    C("information_leak", "hba_file", "SELECT * FROM pg_hba_file_rules"),
+]
+
+MYSQL = [
+    C("file_access", "load_file", "SELECT LOAD_FILE('/etc/passwd')"),
+    C("file_access", "into_outfile", "SELECT * FROM singer INTO OUTFILE '/tmp/polysql_x'"),
+    C("file_access", "into_dumpfile", "SELECT Name FROM singer INTO DUMPFILE '/tmp/polysql_y'"),
+    C("file_access", "load_data", "LOAD DATA INFILE '/etc/passwd' INTO TABLE singer"),
+    C("file_access", "load_file_exec_comment", "SELECT /*! LOAD_FILE('/etc/passwd') , */ 1"),
+    C("ddl_dml", "replace", "REPLACE INTO singer (Singer_ID) VALUES (1)"),
+    C("ddl_dml", "create_temp", "CREATE TEMPORARY TABLE t (a INT)"),
+    C("ddl_dml", "select_into_var", "SELECT Name INTO @polysql_n FROM singer LIMIT 1"),
+    C("multi_statement_comment", "exec_comment_delete", "/*!DELETE FROM singer*/ SELECT 1"),
+    C("multi_statement_comment", "exec_comment_semicolon", "SELECT 1 /*! ; DROP TABLE singer */"),
+    C("multi_statement_comment", "versioned_exec_comment", "SELECT 1 /*!50000 , SLEEP(30) */"),
+    C("multi_statement_comment", "mariadb_exec_comment_timeout_off",
+      "/*M!100000 SET STATEMENT max_statement_time=0 FOR */ SELECT SLEEP(30)"),
+    C("multi_statement_comment", "trailing_semicolon_ok", "SELECT count(*) FROM singer; -- done", {S.OK}),
+    C("session_server_control", "set_global", "SET GLOBAL max_connections = 1"),
+    C("session_server_control", "set_statement", "SET STATEMENT max_statement_time = 0 FOR SELECT SLEEP(30)"),
+    C("session_server_control", "kill", "KILL 1"),
+    C("session_server_control", "do_sleep", "DO SLEEP(0.1)"),
+    C("session_server_control", "handler_open", "HANDLER singer OPEN"),
+    C("session_server_control", "checksum_table", "CHECKSUM TABLE singer"),
+    C("session_server_control", "shutdown", "SHUTDOWN"),
+    C("session_server_control", "flush", "FLUSH PRIVILEGES"),
+    C("session_server_control", "lock_tables", "LOCK TABLES singer READ"),
+    C("session_server_control", "get_lock", "SELECT GET_LOCK('polysql_evil', 0)", {S.OK},
+      after=("SELECT IS_FREE_LOCK('polysql_evil')", 1)),
+    C("session_server_control", "user_variable", "SELECT @polysql_v := 5", {S.OK},
+      after=("SELECT @polysql_v IS NULL", 1)),
+    C("session_server_control", "session_timeout_off", "SELECT 1 FROM singer WHERE (@@max_statement_time := 0)",
+      {S.SYNTAX, S.REJECTED, S.RUNTIME}),
+    C("resource_exhaustion", "sleep", "SELECT SLEEP(30)", {S.TIMEOUT}),
+    C("resource_exhaustion", "benchmark", "SELECT BENCHMARK(100000000000, MD5('a'))", {S.TIMEOUT}),
+    C("resource_exhaustion", "cartesian", "SELECT count(*) FROM information_schema.columns a, "
+      "information_schema.columns b, information_schema.columns c", {S.TIMEOUT}),
+    C("resource_exhaustion", "big_value", "SELECT REPEAT('x', 3000000)", {S.TOO_LARGE}),
+    C("information_leak", "processlist", "SELECT * FROM information_schema.PROCESSLIST"),
+    C("information_leak", "processlist_folded", "SELECT info FROM information_schema.`PROCESSLİST`"),
+    C("information_leak", "show_processlist", "SHOW PROCESSLIST"),
+    C("information_leak", "mysql_user", "SELECT * FROM mysql.user"),
+    C("information_leak", "performance_schema", "SELECT * FROM performance_schema.threads"),
+]
+
+CASES: dict[str, list[Case]] = {
+    "sqlite": COMMON + SQLITE, "duckdb": COMMON + DUCKDB,
+    "postgres": COMMON + POSTGRES, "mysql": COMMON + MYSQL,
+}
+
+
+def case_id(case: Case) -> str:
+    return f"{case.cls}-{case.name}"
+
+
+def counts() -> dict[str, dict[str, int]]:
+    """Cases per engine and attack class (the figures the report quotes)."""
+    return {engine: {cls: sum(c.cls == cls for c in cases) for cls in CLASSES}
+            for engine, cases in CASES.items()}

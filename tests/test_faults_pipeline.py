@@ -1,0 +1,246 @@
+"""Faults through the real pipeline, on a PRIVATE MariaDB instance this module starts on its
+own port and data folder (the shared servers are never stopped):
+
+* the server killed (``SIGKILL``) before the executions and started again a few seconds later
+  ends with the same verdicts as an undisturbed run (executions retried with backoff);
+* a server that stays down past ``pipeline.unavailable_retry_s``: its rows are stored as
+  ``unavailable`` (never as model failures), excluded from EX, and the next run scores them
+  with the verdicts of an undisturbed run;
+* an execution actor killed mid-run is restarted and its batch retried: same verdicts;
+* a run joins no existing Ray cluster unless ``ray.address`` says so.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from polysql_ray.config import compose
+from polysql_ray.pipeline.driver import ray_init_kwargs, run
+
+pytestmark = pytest.mark.slow
+
+PORT = 3317
+COMPARE = ("verdict", "reason", "pred_status", "gold_status")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+class PrivateMariaDB:
+    """``mariadb-install-db`` + ``mariadbd`` on ``PORT`` in a temp folder; killed and started
+    by this test only."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.data = root, root / "data"
+        self.proc: subprocess.Popen | None = None
+
+    def install(self) -> None:
+        subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={self.data}", "--user=root",
+                        "--auth-root-authentication-method=normal", "--skip-test-db"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["mariadbd", "--no-defaults", f"--datadir={self.data}", f"--port={PORT}",
+             f"--socket={self.root / 'sock'}", "--user=root", "--bind-address=127.0.0.1",
+             "--skip-log-bin", f"--pid-file={self.root / 'pid'}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(300):
+            if not _free(PORT):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("private MariaDB did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def mariadb(tmp_path_factory):
+    if shutil.which("mariadb-install-db") is None or shutil.which("mariadbd") is None:
+        pytest.skip("MariaDB binaries not installed (apt-get install mariadb-server)")
+    if not _free(PORT):
+        pytest.skip(f"port {PORT} is taken")
+    server = PrivateMariaDB(tmp_path_factory.mktemp("mariadb"))
+    server.install()
+    server.start()
+    yield server
+    server.kill()
+
+
+def _cfg(results_dir: Path, replicas: Path, *extra: str):
+    return compose(["+sweep=quickstart", f"results_dir={results_dir}", "progress=false",
+                    "sweep.models=[{name: flawed, generator: replay, predictions: "
+                    "${repo_root:}/polysql_ray/quickstart/data/flawed.jsonl}]",
+                    "dialects=[mysql]", f"engines.mysql.port={PORT}", f"replication.dir={replicas}",
+                    "engines.mysql.actors=1", *extra])
+
+
+def _verdicts(results_dir: Path) -> dict:
+    from polysql_ray.store.parquet import ResultsStore
+
+    rows = ResultsStore(results_dir).read().to_pylist()
+    return {r["key"]: tuple(r[c] for c in COMPARE) for r in rows}
+
+
+@pytest.fixture(scope="module")
+def baseline(ray_session, mariadb, tmp_path_factory):
+    out = tmp_path_factory.mktemp("baseline")
+    replicas = tmp_path_factory.mktemp("replicas")
+    stats, _ = run(*_cfg(out, replicas))
+    assert stats.items_scored == 34 and not stats.unavailable and not stats.errors
+    return replicas, _verdicts(out)
+
+
+def _actor_pids() -> list[int]:
+    """Processes of execution actors of this test's own Ray cluster (started below this
+    process), from /proc."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [os.getpid()]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            todo.append(c)
+            try:
+                if b"ExecutionActor" in Path(f"/proc/{c}/cmdline").read_bytes():
+                    out.append(c)
+            except OSError:
+                pass
+    return out
+
+
+def _actor_alive() -> bool:
+    return bool(_actor_pids())
+
+
+def _kill_when_replicated(server: PrivateMariaDB, replicas: Path, restart: bool,
+                          copies: int = 2) -> threading.Thread:
+    """Kill the server as soon as the manifests of all ``copies`` exist (replication done,
+    executions not yet started); with ``restart``, start it again 2 s after an execution actor
+    is alive (the executions have met the dead server by then)."""
+    def go():
+        while len(list(replicas.glob("mysql/**/manifest.json"))) < copies:
+            time.sleep(0.01)
+        server.kill()
+        if restart:
+            while not _actor_alive():
+                time.sleep(0.05)
+            time.sleep(2.0)
+            server.start()
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t
+
+
+def test_server_killed_and_restarted_mid_run_gives_the_same_verdicts(baseline, mariadb, tmp_path):
+    _, expected = baseline
+    replicas = tmp_path / "replicas"  # a fresh copy, so the kill lands between copy and executions
+    t = _kill_when_replicated(mariadb, replicas, restart=True)
+    stats, table = run(*_cfg(tmp_path / "r", replicas))
+    t.join()
+    assert stats.exec_retries > 0, "the outage was not met (the kill came too late)"
+    assert not stats.unavailable and stats.items_scored == 34
+    assert _verdicts(tmp_path / "r") == expected
+
+
+def test_server_down_for_good_stores_unavailable_then_rerun_scores_it(baseline, mariadb, tmp_path):
+    _, expected = baseline
+    replicas = tmp_path / "replicas"
+    out = tmp_path / "r"
+    t = _kill_when_replicated(mariadb, replicas, restart=False)
+    try:
+        stats, table = run(*_cfg(out, replicas, "pipeline.unavailable_retry_s=1"))
+        t.join()
+        assert sum(stats.unavailable.values()) > 0 and set(stats.unavailable) == {"mysql"}
+        scored = _verdicts(out)
+        assert all(v[0] != "fail" or not v[1].endswith("unavailable") for v in scored.values())
+        assert set(scored.items()) <= set(expected.items())  # nothing wrong recorded
+        row = table.to_pylist()[0]
+        assert row["unavailable"] == sum(stats.unavailable.values())
+        assert row["n"] == 34 - row["unavailable"]          # excluded from EX
+    finally:
+        mariadb.start()
+    stats2, _ = run(*_cfg(out, replicas))
+    assert not stats2.unavailable and stats2.items_scored == sum(stats.unavailable.values())
+    assert _verdicts(out) == expected
+    assert not list((out / "unavailable").glob("*.parquet"))
+
+
+def test_actor_killed_mid_run_is_restarted_and_its_batch_retried(baseline, mariadb, tmp_path):
+    """Kill the MySQL execution actor's process while it sleeps inside a batch."""
+    replicas, expected = baseline
+    cfg, loader, text = _cfg(tmp_path / "r", replicas, "pipeline.exec_batch_size=4")
+    killed = []
+
+    def killer():
+        for _ in range(1200):
+            pids = _actor_pids()
+            if pids:
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+                return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    stats, _ = run(cfg, loader, text)
+    t.join()
+    assert killed, "no execution actor was seen alive"
+    assert stats.items_scored == 34 and not stats.unavailable
+    assert _verdicts(tmp_path / "r") == expected
+
+
+def test_unset_address_starts_a_new_local_cluster():
+    assert ray_init_kwargs({"ray": {"address": None}})["address"] == "local"
+    assert ray_init_kwargs({"ray": {}})["address"] == "local"
+    assert ray_init_kwargs({"ray": {"address": "auto"}})["address"] == "auto"
+
+
+def test_statement_that_crashes_its_engine_is_isolated_to_its_own_item(ray_session, tmp_path):
+    """The actor dies on one statement every time: Ray restarts it and retries the batch, the
+    driver then splits the batch into single statements; only that one prediction gets a
+    runtime failure, every other verdict equals an undisturbed run's."""
+    import json
+
+    from polysql_ray.store.parquet import ResultsStore
+
+    preds = [json.loads(x) for x in
+             (Path(__file__).parents[1] / "polysql_ray/quickstart/data/flawed.jsonl").read_text().splitlines() if x]
+    crash_sql = "SELECT 4242 AS crash_me"
+    preds[3]["pred_sql"] = crash_sql
+    pfile = tmp_path / "preds.jsonl"
+    pfile.write_text("".join(json.dumps(p) + "\n" for p in preds))
+    common = ["+sweep=quickstart", "progress=false", "dialects=[duckdb]",
+              f"sweep.models=[{{name: crashy, generator: replay, predictions: {pfile}}}]",
+              f"replication.dir={tmp_path / 'replicas'}", "pipeline.exec_batch_size=8"]
+    stats0, _ = run(*compose(common + [f"results_dir={tmp_path / 'clean'}"]))
+    stats, _ = run(*compose(common + [f"results_dir={tmp_path / 'crash'}",
+                                      f"+engines.duckdb._fault_exit_on='{crash_sql}'"]))
+    assert stats.crashed == 1 and stats.items_scored == 34
+    clean = {r["key"]: r for r in ResultsStore(tmp_path / "clean").read().to_pylist()}
+    crash = {r["key"]: r for r in ResultsStore(tmp_path / "crash").read().to_pylist()}
+    assert clean.keys() == crash.keys()
+    differ = [k for k in clean if tuple(clean[k][c] for c in COMPARE) != tuple(crash[k][c] for c in COMPARE)]
+    assert len(differ) == 1
+    row = crash[differ[0]]
+    assert row["pred_sql"] == crash_sql and row["pred_status"] == "runtime"
+    assert "engine process died" in row["pred_error"]

@@ -1,0 +1,67 @@
+"""First-hour comfort: progress lines in non-terminal logs, the EX table's legend and gold note,
+quickstart names that match the README."""
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pyarrow as pa
+from rich.console import Console
+
+from polysql_ray.pipeline.progress import Progress
+from polysql_ray.pipeline.summary import COLUMNS, GOLD_NOTE, legend_lines, render
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_progress_prints_one_line_reports_without_a_terminal():
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=False, width=200)
+    with Progress(console=console, interval_s=0) as p:
+        a = p.add("replicate", 2)
+        b = p.add("execute [duckdb]", 3)
+        p.advance(a, 2)
+        p.advance(b, 1)
+    lines = buf.getvalue().splitlines()
+    assert lines[0].startswith("progress ") and "replicate 2/2" in lines[0]
+    assert "execute [duckdb] 1/3" in lines[-1] and lines[-1].startswith("progress done")
+    assert p.lines == len(lines) == 3
+
+
+def test_progress_is_silent_when_disabled_and_throttled_by_interval():
+    buf = io.StringIO()
+    with Progress(enabled=False, console=Console(file=buf)) as p:
+        p.advance(p.add("score", 5), 5)
+    assert buf.getvalue() == ""
+    buf = io.StringIO()
+    with Progress(console=Console(file=buf), interval_s=3600) as p:
+        t = p.add("score", 1000)
+        for _ in range(1000):
+            p.advance(t)
+    assert buf.getvalue().count("\n") == 1 and "score 1000/1000" in buf.getvalue()
+
+
+def test_ex_table_prints_a_legend_and_the_gold_note():
+    names = [c for c, _, _ in COLUMNS]
+    row = {c: (None if c.startswith("ex") and c != "exec_errors" else 1) for c in names}
+    row.update(model="gold", dataset="d", dialect="duckdb", instruction_level="-", ex=64.3)
+    table = pa.Table.from_pylist([row])
+    buf = io.StringIO()
+    render(table, Console(file=buf, width=200))
+    text = buf.getvalue()
+    for _, header, meaning in COLUMNS:
+        if meaning:
+            assert f"{header}: {meaning}" in text
+    assert GOLD_NOTE in " ".join(text.split()) or "gold-portability ceiling" in text
+    assert GOLD_NOTE not in legend_lines(pa.Table.from_pylist([{**row, "model": "m"}]))
+
+
+def test_quickstart_models_match_the_readme():
+    sweep = (REPO / "conf" / "sweep" / "quickstart.yaml").read_text()
+    names = re.findall(r"\{name: (\w+),", sweep)
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("**Install and run the main job**", 1)[1].split("**Install and run the tests", 1)[0]
+    assert names == ["gold", "rewritten", "flawed"]
+    for n in names:
+        assert f"`{n}`" in section, n
