@@ -5,7 +5,7 @@ For every prediction file in ``<shared>/data/predictions/spider_dev`` (one SQLit
 line, ``dev.json`` order) it runs :class:`polysql_ray.comparison.ast.AstEquivalence` (SQLite ->
 SQLite) on every (gold, prediction) pair and prints the share proven and checks/second. Every
 proven pair is then executed on the Spider SQLite database (``polysql_ray.engines.sqlite``, else
-sqlite3 read-only) and compared (bag, or list when the gold has a top-level ORDER BY); a
+sqlite3 read-only) and compared under the default comparison policy; a
 proven pair whose results differ is a *disagreement* (must be 0). Pairs whose gold cannot run
 (``wta_1`` is missing) are counted apart.
 
@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from polysql_ray.comparison.ast import AstEquivalence
-from polysql_ray.comparison.equivalence import _fallback_compare, load_engine
+from polysql_ray.comparison import ComparisonPolicy, analyze_gold, compare
+from polysql_ray.comparison.equivalence import load_engine
 from polysql_ray.engines.base import Limits
 
 
@@ -52,7 +53,10 @@ def main() -> None:
                 gold_missing += 1
                 continue
             p = engine.execute(str(db), preds[i], limits)
-            ok = p.ok and _fallback_compare(g.table, p.table, dev[i]["query"], "sqlite")[0]
+            shape = analyze_gold(dev[i]["query"], "sqlite")
+            probe = engine.execute(str(db), shape.probe_sql, limits) if shape.probe_sql else None
+            ok = p.ok and compare(g.table, p.table, shape, ComparisonPolicy(),
+                                  probe.table if (probe is not None and probe.ok) else None).match
             if ok:
                 agree += 1
             else:

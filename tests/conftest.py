@@ -7,11 +7,13 @@ import pytest
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray cluster for every end-to-end test of the session (2 CPUs, as on CI)."""
+    """One local Ray cluster for every end-to-end test of the session (2 CPUs, as on CI, and one
+    unit of the custom resource ``polysql_test_node`` for the placement tests)."""
     import ray
 
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+        ray.init(address="local", num_cpus=2, resources={"polysql_test_node": 1},
+                 include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
     yield ray
     ray.shutdown()

@@ -6,6 +6,8 @@ import sqlite3
 
 import pytest
 
+from polysql_ray.comparison.policy import ComparisonPolicy
+
 from polysql_ray.comparison import equivalence as eq
 from polysql_ray.comparison.ast import AstEquivalence
 from polysql_ray.comparison.equivalence import (AstCheck, Case, FirstDecisive, Judge,
@@ -57,21 +59,22 @@ def db(tmp_path):
 @pytest.mark.parametrize("gold,pred", TEXTBOOK)
 def test_textbook_pairs_proven_without_execution(gold, pred, tmp_path):
     missing = str(tmp_path / "does_not_exist.sqlite")
+    assert AstCheck().check(Case(gold, pred, gold_location=missing)).verdict == "pass"
+    # score_sql follows the pipeline: the gold still has to run, so a missing database is a gold error
     r = score_sql(gold, pred, database=missing)
-    assert (r.verdict, r.basis) == ("pass", "proven")
-    assert [t["check"] for t in r.trail] == ["ast"]
+    assert (r.verdict, r.reason) == ("gold_error", "gold_runtime") or r.verdict == "gold_error"
 
 
 @pytest.mark.parametrize("gold,pred", TEXTBOOK)
-def test_textbook_pairs_count_zero_executions(gold, pred, db):
+def test_textbook_pairs_proven_run_only_the_gold(gold, pred, db):
     engine = CountingEngine()
     r = observed_equivalence(engines={"sqlite": engine}).check(
         Case(gold, pred, gold_location=db, pred_location=db))
     assert r.passed and r.basis == "proven"
-    assert engine.calls == 0
+    assert engine.calls == 1  # the gold (as in the pipeline: a failing gold is never a pass)
     # the same pair really agrees on execution
     r2 = ResultSetEquivalence(engines={"sqlite": engine}).check(Case(gold, pred, gold_location=db))
-    assert r2.verdict == "pass" and engine.calls == 2
+    assert r2.verdict == "pass" and r2.basis == "observed" and engine.calls == 3
 
 
 def test_cte_wrapped_unknown_structurally_passes_by_execution(db):
@@ -80,8 +83,7 @@ def test_cte_wrapped_unknown_structurally_passes_by_execution(db):
     assert AST.check(gold, "sqlite", pred, "sqlite").decision == "unknown"
     r = score_sql(gold, pred, database=db)
     assert (r.verdict, r.basis) == ("pass", "observed")
-    assert [(t["check"], t["verdict"]) for t in r.trail] == [("ast", "inconclusive"),
-                                                           ("result_set", "pass")]
+    assert [(t["check"], t["verdict"]) for t in r.trail] == [("result_set", "pass")]
 
 
 def test_wrong_filter_fails_with_diff(db):
@@ -93,12 +95,15 @@ def test_wrong_filter_fails_with_diff(db):
     assert r.diff["gold_columns"] == r.diff["pred_columns"] == 1
 
 
-def test_current_timestamp_inconclusive(db):
+def test_current_timestamp_flagged_and_policy_makes_it_inconclusive(db):
     sql = "SELECT current_timestamp FROM orders"
     assert AST.check(sql, "sqlite", sql, "sqlite").reason.startswith("nondeterministic")
     r = score_sql(sql, sql, database=db)
-    assert r.verdict == "inconclusive"
-    assert "nondeterministic" in r.explanation
+    assert r.basis == "observed" and "time_dependent_gold" in r.flags
+    r = score_sql(sql, sql, database=db, policy=ComparisonPolicy(inconclusive_flags=("time_dependent_gold",)))
+    assert r.verdict == "inconclusive" and "time_dependent_gold" in r.flags
+    r = score_sql("SELECT id FROM orders", "SELECT id FROM orders", database=db)
+    assert "time_dependent_gold" not in r.flags
 
 
 @pytest.mark.parametrize("sql", ["SELECT id FROM orders LIMIT 2", "SELECT random()",
@@ -248,9 +253,9 @@ def test_judge_error_is_inconclusive(db):
     assert r.verdict == "inconclusive" and "backend down" in r.explanation
 
 
-def test_gold_failure_inconclusive_pred_failure_fails(db):
+def test_gold_failure_is_gold_error_pred_failure_fails(db):
     r = ResultSetEquivalence().check(Case("SELECT nope FROM orders", "SELECT id FROM orders", gold_location=db))
-    assert r.verdict == "inconclusive" and r.explanation.startswith("gold_")
+    assert r.verdict == "gold_error" and r.reason.startswith("gold_")  # as in the pipeline
     r = ResultSetEquivalence(limits=Limits(timeout_s=5)).check(
         Case("SELECT id FROM orders", "SELECT nope FROM orders", gold_location=db))
     assert r.verdict == "fail" and r.explanation.startswith("pred_")

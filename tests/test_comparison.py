@@ -216,7 +216,10 @@ def test_scrambled_columns_and_swapped_columns_fail(sq, dk):
     ages = sorted(r[2] for r in ROWS)  # each column sorted on its own: same column multisets
     r = cmp("", gold, pa.table({"name": names, "age": ages}))
     assert not r.match and r.reason == "values" and r.diff.missing_sample
-    assert cmp("", gold, dk("SELECT age, name FROM singer")).reason == "values"  # positional
+    r = cmp("", gold, dk("SELECT age, name FROM singer"))  # permuted projection: matched by content
+    assert r.match and "columns_reordered" in r.flags and r.diff.column_mapping == (1, 0)
+    r = cmp("", gold, dk("SELECT age, name FROM singer"), dataclasses.replace(POLICY, columns="positional"))
+    assert r.reason == "values" and "columns_reordered" not in r.flags
 
 
 def test_numbers_beyond_tolerance_fail(sq, dk):
@@ -266,20 +269,21 @@ def test_policy_yaml_mirrors_defaults_and_overrides_change_fingerprint():
     cfg = OmegaConf.load(REPO / "conf" / "policy" / "default.yaml")
     pol = ComparisonPolicy.from_config(cfg)
     assert pol == ComparisonPolicy() and pol.fingerprint() == ComparisonPolicy().fingerprint()
+    other = {"version": "cmp-x", "order": "bag", "ties": "positional", "columns": "positional",
+             "distinct": "strip", "ties_at_limit": "strict", "duplicates": "set",
+             "inconclusive_flags": "[null_order]"}
     for f in dataclasses.fields(ComparisonPolicy):
         v = getattr(pol, f.name)
-        new = {bool: lambda x: not x, float: lambda x: x * 10 + 1e-3, str: None}[type(v)]
-        if new is None:
-            new = {"version": lambda x: "cmp-x", "order": lambda x: "bag",
-                   "ties_at_limit": lambda x: "strict", "duplicates": lambda x: "set"}[f.name]
-        over = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{f.name}={new(v)}"]))
+        new = str(not v).lower() if isinstance(v, bool) else v * 10 + 1e-3 if isinstance(v, float) \
+            else other[f.name]
+        over = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{f.name}={new}"]))
         assert ComparisonPolicy.from_config(over).fingerprint() != pol.fingerprint(), f.name
     with pytest.raises(ValueError):
         ComparisonPolicy.from_config({"abs_tolerance": 1e-4})
     with pytest.raises(ValueError):
         ComparisonPolicy(order="sorted")
-    strict = ComparisonPolicy.from_config(OmegaConf.load(REPO / "conf" / "policy" / "strict.yaml"))
-    assert strict.extra_pred_columns is False and strict.ties_at_limit == "strict"
+    strict = ComparisonPolicy.from_config(OmegaConf.merge(cfg, OmegaConf.load(REPO / "conf" / "policy" / "strict.yaml")))
+    assert strict.extra_pred_columns is False and strict.ties_at_limit == "strict" and strict.columns == "positional"
 
 
 # --------------------------------------------------------------- property: bag core on random data

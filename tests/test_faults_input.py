@@ -93,7 +93,7 @@ def test_lone_surrogate_in_a_prediction_costs_only_that_prediction(ray_session, 
 
     from polysql_ray.pipeline.driver import run
 
-    lines = (REPO / "polysql_ray/quickstart/data/perfect.jsonl").read_text().splitlines()
+    lines = (REPO / "polysql_ray/quickstart/data/rewritten.jsonl").read_text().splitlines()
     first = json.loads(lines[0])
     first["pred_sql"] += " \ud800"
     lines[0] = json.dumps(first)  # JSON escapes the lone surrogate as \ud800

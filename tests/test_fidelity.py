@@ -35,8 +35,8 @@ def test_ties_truncated_is_inconclusive_not_fail():
     shape, gold, pred, probe = _tables(1 + TIE_WINDOW, "not_in_probe")
     cmp = compare(gold, pred, shape, ComparisonPolicy(), probe)
     assert cmp.reason == "ties_truncated" and not cmp.match and "ties_truncated" in cmp.flags
-    v = decide(GenStatus.OK, ExecutionResult(ExecStatus.OK, gold), ExecutionResult(ExecStatus.OK, pred),
-               lambda g, p: cmp)
+    v = decide(GenStatus.OK, ExecutionResult(ExecStatus.OK, gold), ExecutionResult(ExecStatus.OK, probe),
+               ExecutionResult(ExecStatus.OK, pred), shape, ComparisonPolicy())
     assert v.verdict == "inconclusive" and v.reason == "ties_truncated"
 
 

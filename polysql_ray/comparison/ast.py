@@ -3,7 +3,7 @@
 The check parses each query with sqlglot *in its own dialect*, rewrites both into one
 canonical form with rewrites that are semantics-preserving, and compares the canonical trees
 exactly. It answers only ``equivalent`` (proven) or ``unknown``; it never refutes
-(evaluation-notes section 6). Anything it cannot prove is left to dual execution.
+(soundness over completeness). Anything it cannot prove is left to dual execution.
 
 Canonical rewrites (every one is sound under SQL three-valued logic; none comes from
 sqlglot's ``simplify``, which folds ``p AND NOT p`` to FALSE although it is NULL when p is NULL):
@@ -559,7 +559,7 @@ def _column_key(col: exp.Column) -> str:
 def _has_ungrouped_column(select: exp.Select) -> bool:
     """True when an aggregating SELECT (GROUP BY, or an aggregate without GROUP BY) uses a
     column outside any aggregate that is not a GROUP BY column (GROUP BY strictness differs
-    between engines, evaluation-notes section 5)."""
+    between engines)."""
     group = select.args.get("group")
     aggregating = group is not None or any(
         isinstance(n, exp.AggFunc) for e in select.expressions for n in e.walk())

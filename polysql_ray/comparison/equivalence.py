@@ -1,19 +1,23 @@
 """Composable equivalence checks (evaldata style) and the one-case public API.
 
 A :class:`Check` maps one :class:`Case` (gold SQL, predicted SQL, where to run them) to an
-:class:`EquivalenceResult` with a ``verdict`` (``pass``/``fail``/``inconclusive``) and a
-``basis``: ``proven`` (structure, :mod:`polysql_ray.comparison.ast`), ``observed`` (dual
-execution, PolySQL arXiv 2605.07796 section 3) or ``judged`` (an LLM judge).
+:class:`EquivalenceResult` with a ``verdict`` (``pass``/``fail``/``inconclusive``/
+``gold_error``) and a ``basis``: ``proven`` (structure, :mod:`polysql_ray.comparison.ast`),
+``observed`` (dual execution, PolySQL arXiv 2605.07796 section 3) or ``judged`` (an LLM judge).
 
 * :class:`AstCheck` - structural proof: ``pass`` or ``inconclusive``, never ``fail``; runs no SQL.
-* :class:`ResultSetEquivalence` - gold on the source engine, prediction on the target engine,
-  :func:`polysql_ray.comparison.result_set.compare`; ``pass``/``fail`` with a diff;
-  ``inconclusive`` when the gold fails or is non-deterministic.
+* :class:`ResultSetEquivalence` - the pipeline's procedure for one case: structural proof
+  (optional), gold and its probe on the source engine, prediction on the target engine, then
+  :func:`polysql_ray.comparison.verdict.decide` - the same decision function the sweep's
+  scoring tasks call, so verdict, reason, flags and diff are identical to the sweep's.
 * :class:`Judge` - a callable ``prompt -> text`` decides; PASS/FAIL parsed robustly.
 * :class:`FirstDecisive` - members in order, first ``pass``/``fail`` wins, with a trail.
 * :func:`observed_equivalence`, :func:`judged_equivalence`, :func:`score_sql`.
 
-Example (runs as a doctest; the textbook pair is proven without executing anything)::
+Engines and their dialects come from :mod:`polysql_ray.engines.registry`; cross-dialect
+replicas from :func:`polysql_ray.replication.base.replicate`.
+
+Example (runs as a doctest; the textbook pair is proven without executing the prediction)::
 
     >>> import sqlite3, tempfile, os
     >>> path = os.path.join(tempfile.mkdtemp(), "shop.sqlite")
@@ -28,37 +32,24 @@ Example (runs as a doctest; the textbook pair is proven without executing anythi
     ...               "SELECT id FROM orders WHERE amount < 15", database=path)
     >>> (r.verdict, r.basis, r.diff["missing_rows"], r.diff["extra_rows"])
     ('fail', 'observed', 1, 1)
+    >>> r = score_sql("SELECT id, amount FROM orders", "SELECT amount, id FROM orders", database=path,
+    ...               dialect="duckdb", replicas_dir=tempfile.mkdtemp())
+    >>> (r.verdict, r.reason, r.flags)
+    ('pass', 'match', ('columns_reordered',))
 """
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import sqlite3
-from collections import Counter
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import pyarrow as pa
-import sqlglot
-from sqlglot import exp
 
 from polysql_ray.comparison.ast import AstEquivalence
-from polysql_ray.engines.base import Engine, ExecStatus, ExecutionResult, Limits
-
-#: Engine name -> sqlglot dialect of the SQL it runs.
-ENGINE_DIALECTS: dict[str, str] = {
-    "sqlite": "sqlite", "duckdb": "duckdb", "postgres": "postgres", "mysql": "mysql",
-    "clickhouse": "clickhouse",
-}
-
-#: Engine name -> (module, class) implementing :class:`polysql_ray.engines.base.Engine`.
-ENGINE_CLASSES: dict[str, tuple[str, str]] = {
-    "sqlite": ("polysql_ray.engines.sqlite", "SqliteEngine"),
-    "duckdb": ("polysql_ray.engines.duckdb", "DuckDBEngine"),
-    "postgres": ("polysql_ray.engines.postgres", "PostgresEngine"),
-    "mysql": ("polysql_ray.engines.mysql", "MySQLEngine"),
-}
+from polysql_ray.engines.base import Engine, ExecutionResult, Limits
 
 SAMPLE_ROWS = 5
 
@@ -95,15 +86,19 @@ class EquivalenceResult:
     """Outcome of a check.
 
     Attributes:
-        verdict: ``pass`` | ``fail`` | ``inconclusive``.
+        verdict: ``pass`` | ``fail`` | ``inconclusive`` | ``gold_error`` (the gold itself did
+            not run: not the prediction's fault).
         basis: ``proven`` | ``observed`` | ``judged``.
         explanation: human-readable reason (starts with a reason code).
         diff: for observed results: ``missing_rows``/``extra_rows`` (counts, multiset),
-            ``missing_sample``/``extra_sample`` (up to 5 rows each), ``gold_columns``/
-            ``pred_columns`` (count), ``gold_types``/``pred_types`` (Arrow type strings),
-            ``comparison`` (reason, flags, diff of :mod:`result_set`); else None.
+            ``missing_sample``/``extra_sample`` (up to 3 rows each), ``column_mapping``
+            (predicted column per gold column), ``gold_columns``/``pred_columns`` (count),
+            ``gold_types``/``pred_types`` (Arrow type strings); else None.
         trail: for composed checks, one dict per member that ran: ``check``, ``verdict``,
             ``basis``, ``explanation``.
+        reason: the reason code of :func:`polysql_ray.comparison.verdict.decide` (``match``,
+            ``values``, ``pred_syntax``, ``gold_runtime`` ...), empty for judged/AST results.
+        flags: flags of the decision (``columns_reordered``, ``ties_at_limit`` ...).
     """
 
     verdict: str
@@ -111,6 +106,8 @@ class EquivalenceResult:
     explanation: str
     diff: dict | None = None
     trail: list[dict] = field(default_factory=list)
+    reason: str = ""
+    flags: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -131,20 +128,16 @@ class Check(Protocol):
 
 # ----------------------------------------------------------------------------- helpers
 
-def load_engine(name: str) -> Engine:
-    """Instantiate the engine registered under ``name`` in :data:`ENGINE_CLASSES`.
+def load_engine(name: str, **settings) -> Engine:
+    """Instantiate engine ``name`` from :mod:`polysql_ray.engines.registry` (``settings``
+    override its defaults: a server's host, port, user ...).
 
     Raises:
-        KeyError: unknown engine name; ImportError: its module is not available.
+        KeyError: unknown engine name; ImportError: its driver module is not available.
     """
-    module_name, cls = ENGINE_CLASSES[name]
-    module = importlib.import_module(module_name)
-    if hasattr(module, cls):
-        return getattr(module, cls)()
-    for obj in vars(module).values():  # tolerate another class name in the engine module
-        if isinstance(obj, type) and getattr(obj, "name", None) == name and hasattr(obj, "execute"):
-            return obj()
-    raise ImportError(f"no engine class named {name!r} in {module_name}")
+    from polysql_ray.engines.registry import make_engine
+
+    return make_engine(name, **settings)
 
 
 def read_sqlite_schema(path: str) -> dict[str, dict[str, str]] | None:
@@ -172,60 +165,23 @@ def _rows(table: pa.Table) -> list[tuple]:
     return list(zip(*cols)) if cols else []
 
 
-def _row_key(row: tuple) -> tuple:
-    out = []
-    for v in row:
-        if isinstance(v, bool):
-            v = int(v)
-        if isinstance(v, float):
-            v = round(v, 5)
-            if v == int(v):
-                v = int(v)
-        out.append(repr(v))
-    return tuple(out)
+def result_diff(gold: pa.Table | None, pred: pa.Table | None, diff=None) -> dict:
+    """The diff of a decided comparison as a plain dict (see :class:`EquivalenceResult`).
 
-
-def result_diff(gold: pa.Table, pred: pa.Table, samples: int = SAMPLE_ROWS) -> dict:
-    """Multiset row difference and column/type differences of two result sets.
-
-    Rows are compared by value with floats rounded to 5 decimals and booleans as 0/1 (a
-    summary for people; the verdict itself comes from ``result_set.compare``).
-
-    Returns:
-        dict with ``missing_rows``, ``extra_rows`` (int counts: gold rows absent from the
-        prediction, predicted rows absent from the gold), ``missing_sample``, ``extra_sample``
-        (lists of row tuples), ``gold_columns``, ``pred_columns`` (int), ``gold_types``,
-        ``pred_types`` (lists of Arrow type strings).
+    Args:
+        gold, pred: the two result sets (None when absent).
+        diff: the decision's :class:`polysql_ray.comparison.result_set.Diff` (None: counts only).
     """
-    g_rows, p_rows = _rows(gold), _rows(pred)
-    g_count = Counter(_row_key(r) for r in g_rows)
-    p_count = Counter(_row_key(r) for r in p_rows)
-    missing, extra = g_count - p_count, p_count - g_count
-    missing_sample = [r for r in g_rows if _row_key(r) in missing][:samples]
-    extra_sample = [r for r in p_rows if _row_key(r) in extra][:samples]
-    return {
-        "missing_rows": sum(missing.values()), "extra_rows": sum(extra.values()),
-        "missing_sample": missing_sample, "extra_sample": extra_sample,
-        "gold_columns": gold.num_columns, "pred_columns": pred.num_columns,
-        "gold_types": [str(t) for t in gold.schema.types],
-        "pred_types": [str(t) for t in pred.schema.types],
-    }
-
-
-def _fallback_compare(gold: pa.Table, pred: pa.Table, gold_sql: str, gold_dialect: str):
-    """Used only while ``result_set.compare`` is unavailable: bag, or list under a top-level
-    ORDER BY; returns ``(match, reason, flags, diff)``."""
-    ordered = False
-    try:
-        ordered = bool(sqlglot.parse_one(gold_sql, read=gold_dialect).args.get("order"))
-    except Exception:
-        pass
-    g, p = [_row_key(r) for r in _rows(gold)], [_row_key(r) for r in _rows(pred)]
-    if gold.num_columns != pred.num_columns:
-        return False, "column_count", (), None
-    match = g == p if ordered else Counter(g) == Counter(p)
-    return match, ("match" if match else ("row_order" if Counter(g) == Counter(p) else "rows")), \
-        ("fallback_compare",), None
+    out: dict[str, Any] = {"missing_rows": 0, "extra_rows": 0, "missing_sample": [], "extra_sample": [],
+                           "column_mapping": []}
+    if diff is not None:
+        out.update(missing_rows=diff.missing_rows, extra_rows=diff.extra_rows,
+                   missing_sample=list(diff.missing_sample), extra_sample=list(diff.extra_sample),
+                   column_mapping=list(diff.column_mapping), first_order_mismatch=diff.first_order_mismatch)
+    for side, t in (("gold", gold), ("pred", pred)):
+        out[f"{side}_columns"] = t.num_columns if t is not None else 0
+        out[f"{side}_types"] = [str(x) for x in t.schema.types] if t is not None else []
+    return out
 
 
 # ----------------------------------------------------------------------------- checks
@@ -256,90 +212,90 @@ class AstCheck:
 
 
 class ResultSetEquivalence:
-    """Dual execution: gold on its engine, prediction on its engine, result sets compared.
+    """One case exactly as the pipeline scores it.
+
+    Steps: (1) with ``structural``, the sound structural check on the SQL that runs; (2) the
+    gold and, when its shape needs one, the probe (:mod:`polysql_ray.comparison.shape`) on the
+    gold engine; (3) the prediction on its engine unless proven; (4)
+    :func:`polysql_ray.comparison.verdict.decide` with the policy object and the limits.
 
     Args:
         engines: optional ``{engine_name: Engine}`` to use (else :func:`load_engine`, closed
             after each case).
         policy: a :class:`polysql_ray.comparison.policy.ComparisonPolicy` (default policy if None).
-        limits: :class:`Limits` (timeout seconds, row cap) for every execution.
+        limits: :class:`Limits` (timeout seconds, row cap, result bytes) for every execution.
+        structural: run the structural proof first (as ``pipeline.structural_check=prove``).
+        engine_settings: ``{engine_name: settings}`` for engines loaded here (server hosts ...).
 
-    Verdicts: ``inconclusive`` when the gold is non-deterministic (random/now/LIMIT without
-    ORDER BY ...) or fails to run (``gold_<status>``); ``fail`` when the prediction fails
-    (``pred_<status>``) or the result sets differ; ``pass`` when they match. ``diff`` is
-    :func:`result_diff` plus the comparison's reason/flags/diff.
+    Verdicts: ``gold_error`` when the gold fails (``gold_<status>``); ``fail`` when the
+    prediction fails (``pred_<status>``) or the result sets differ; ``pass`` when they match
+    (basis ``proven`` when the structure proved it); ``inconclusive`` where the decision says so.
+    ``diff`` is :func:`result_diff`.
     """
 
     name = "result_set"
 
     def __init__(self, engines: Mapping[str, Engine] | None = None, policy=None,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, structural: bool = False,
+                 engine_settings: Mapping[str, Mapping] | None = None) -> None:
+        from polysql_ray.comparison.policy import ComparisonPolicy
+
         self.engines = dict(engines or {})
-        self.policy = policy
+        self.policy = policy if policy is not None else ComparisonPolicy()
         self.limits = limits or Limits()
-        self._ast = AstEquivalence()
+        self.structural = structural
+        self.engine_settings = dict(engine_settings or {})
 
     def _engine(self, name: str, opened: list) -> Engine:
         if name in self.engines:
             return self.engines[name]
-        eng = load_engine(name)
+        eng = load_engine(name, **dict(self.engine_settings.get(name) or {}))
         opened.append(eng)
         return eng
 
+    def _run(self, engine: Engine, location: str, sql: str) -> ExecutionResult:
+        return self.limits.enforce(engine.execute(location, sql, self.limits))
+
     def check(self, case: Case) -> EquivalenceResult:
         """See class docstring."""
-        nondet = self._ast.nondeterministic_reason(case.gold_sql, case.gold_dialect)
-        if nondet:
-            return EquivalenceResult("inconclusive", "observed", f"gold_nondeterministic: {nondet}")
+        from polysql_ray.comparison.prepare import executed_sql
+        from polysql_ray.comparison.shape import analyze_gold
+        from polysql_ray.comparison.verdict import Pair, decide
+
+        pol = self.policy
+        gold_sql = executed_sql(case.gold_sql, case.gold_dialect, pol)
+        pred_sql = executed_sql(case.pred_sql, case.pred_dialect, pol)
+        proven = False
+        if self.structural and pred_sql.strip():
+            proven = AstCheck().check(replace(case, gold_sql=gold_sql, pred_sql=pred_sql)).verdict == "pass"
         opened: list = []
         try:
             try:
                 gold_engine = self._engine(case.gold_engine, opened)
                 pred_engine = self._engine(case.pred_engine, opened)
             except (KeyError, ImportError) as e:
-                return EquivalenceResult("inconclusive", "observed", f"engine_unavailable: {e}")
-            gold = gold_engine.execute(case.gold_location, case.gold_sql, self.limits)
-            if not gold.ok:
-                return EquivalenceResult("inconclusive", "observed",
-                                         f"gold_{gold.status.value}: {gold.error}")
-            pred = pred_engine.execute(case.pred_location or case.gold_location, case.pred_sql,
-                                       self.limits)
-            if not pred.ok:
-                return EquivalenceResult("fail", "observed", f"pred_{pred.status.value}: {pred.error}")
-            match, reason, flags, cmp_diff = self._compare(case, gold, gold_engine)(gold.table, pred.table)
-            diff = result_diff(gold.table, pred.table)
-            diff["comparison"] = {"reason": reason, "flags": list(flags), "diff": cmp_diff}
-            return EquivalenceResult("pass" if match else "fail", "observed",
-                                     f"{reason}" + (f" (flags: {', '.join(flags)})" if flags else ""),
-                                     diff=diff)
+                return EquivalenceResult("inconclusive", "observed", f"engine_unavailable: {e}",
+                                         reason="engine_unavailable")
+            shape = analyze_gold(gold_sql, case.gold_dialect)
+            gold = self._run(gold_engine, case.gold_location, gold_sql)
+            probe = self._run(gold_engine, case.gold_location, shape.probe_sql) \
+                if (gold.ok and shape.probe_sql) else None
+            ties = self._run(gold_engine, case.gold_location, shape.ties_probe_sql) \
+                if (gold.ok and shape.ties_probe_sql) else None
+            pred = None
+            if gold.ok and pred_sql.strip() and not proven:
+                pred = self._run(pred_engine, case.pred_location or case.gold_location, pred_sql)
+            v = decide("ok" if pred_sql.strip() else "no_sql", gold, probe, pred, shape, pol, self.limits,
+                       proven=proven, pair=Pair(gold_sql, pred_sql, case.gold_dialect, case.pred_dialect,
+                                                case.gold_engine, case.pred_engine), ties_probe=ties)
+            err = (gold.error if not gold.ok else pred.error if (pred is not None and not pred.ok) else None)
+            expl = v.reason + (f" (flags: {', '.join(v.flags)})" if v.flags else "") + (f": {err}" if err else "")
+            diff = result_diff(gold.table, pred.table if pred is not None else None, v.diff) \
+                if v.basis == "observed" and gold.ok else None
+            return EquivalenceResult(v.verdict, v.basis, expl, diff, reason=v.reason, flags=v.flags)
         finally:
             for eng in opened:
                 eng.close()
-
-    def _compare(self, case: Case, gold: ExecutionResult, gold_engine: Engine):
-        """``(gold_table, pred_table) -> (match, reason, flags, diff)`` via result_set.compare."""
-        try:
-            result_set = importlib.import_module("polysql_ray.comparison.result_set")
-        except ImportError:
-            return lambda g, p: _fallback_compare(g, p, case.gold_sql, case.gold_dialect)
-        policy = self.policy
-        if policy is None:
-            from polysql_ray.comparison.policy import ComparisonPolicy
-            policy = ComparisonPolicy()
-        shape, probe = None, None
-        try:
-            from polysql_ray.comparison.shape import analyze_gold
-            shape = analyze_gold(case.gold_sql, case.gold_dialect)
-            if getattr(shape, "probe_sql", None):
-                pr = gold_engine.execute(case.gold_location, shape.probe_sql, self.limits)
-                probe = pr.table if pr.ok else None
-        except ImportError:
-            pass
-
-        def run(g, p):
-            c = result_set.compare(g, p, shape, policy, probe=probe)
-            return c.match, c.reason, tuple(getattr(c, "flags", ()) or ()), getattr(c, "diff", None)
-        return run
 
 
 _VERDICT_LABEL = re.compile(r"verdict\W{0,5}(pass|fail)\b", re.IGNORECASE)
@@ -472,9 +428,12 @@ class FirstDecisive:
 
 
 def observed_equivalence(engines: Mapping[str, Engine] | None = None, policy=None,
-                         limits: Limits | None = None) -> FirstDecisive:
-    """``FirstDecisive([AstCheck(), ResultSetEquivalence(engines, policy, limits)])``."""
-    return FirstDecisive([AstCheck(), ResultSetEquivalence(engines, policy, limits)])
+                         limits: Limits | None = None,
+                         engine_settings: Mapping[str, Mapping] | None = None) -> FirstDecisive:
+    """``FirstDecisive([ResultSetEquivalence(..., structural=True)])``: the pipeline's own
+    procedure for one case (structural proof, then dual execution, one decision function)."""
+    return FirstDecisive([ResultSetEquivalence(engines, policy, limits, structural=True,
+                                               engine_settings=engine_settings)])
 
 
 def judged_equivalence(judge: Callable[[str], str], **judge_kwargs: Any) -> FirstDecisive:
@@ -483,31 +442,68 @@ def judged_equivalence(judge: Callable[[str], str], **judge_kwargs: Any) -> Firs
 
 
 def score_sql(gold_sql: str, pred_sql: str, *, database: str, engine: str = "sqlite",
-              pred_engine: str | None = None, pred_database: str | None = None,
-              question: str | None = None, policy=None,
-              limits: Limits | None = None) -> EquivalenceResult:
-    """Score one prediction against its gold SQL: structural proof first, else dual execution.
+              dialect: str | None = None, pred_engine: str | None = None,
+              pred_database: str | None = None, replicas_dir: str | os.PathLike | None = None,
+              engine_settings: Mapping[str, Mapping] | None = None, dataset: str = "score_sql",
+              question: str | None = None, policy=None, limits: Limits | None = None) -> EquivalenceResult:
+    """Score one prediction against its gold SQL exactly as a sweep would.
+
+    The gold runs on the source database; the prediction runs on a verified replica of the same
+    data in the target dialect's engine, built (or reused when its manifest matches) by
+    :func:`polysql_ray.replication.base.replicate`; the verdict comes from
+    :func:`polysql_ray.comparison.verdict.decide`, the function the pipeline's scoring tasks use.
 
     Args:
         gold_sql: gold SQL in ``engine``'s dialect.
-        pred_sql: predicted SQL in ``pred_engine``'s dialect.
-        database: location of the gold database (SQLite file path, or DuckDB file path when
-            ``engine="duckdb"``).
+        pred_sql: predicted SQL written for ``dialect``.
+        database: location of the source database (SQLite/DuckDB file path, or a server
+            database name for ``engine="mysql"``).
         engine: source engine name (``sqlite`` | ``duckdb`` | ``postgres`` | ``mysql``).
-        pred_engine: target engine name (default: ``engine``).
-        pred_database: location of the replica on ``pred_engine`` (default: ``database``).
-        question: the natural-language question (recorded, used by judges).
-        policy: comparison policy (default :class:`ComparisonPolicy`).
+        dialect: target dialect (``sqlite`` | ``duckdb`` | ``postgres`` | ``mysql``); default:
+            the source engine's own dialect (no replica).
+        pred_engine: deprecated spelling of the target (an engine name); ``dialect`` wins.
+        pred_database: an existing replica's location on the target engine (skips replication).
+        replicas_dir: folder for replicas and their manifests (default
+            ``~/.cache/polysql_ray/replicas``); a matching replica is reused.
+        engine_settings: ``{engine: settings}`` for server engines (host, port, user ...).
+        dataset: dataset name under which the replica is stored (server replicas are named by
+            dataset and database id).
+        question: the natural-language question (recorded for judges).
+        policy: comparison policy object (default :class:`ComparisonPolicy`).
         limits: per-query sandbox limits (default :class:`Limits`).
 
     Returns:
-        :class:`EquivalenceResult` with ``trail``; ``basis == "proven"`` means nothing ran.
-        Usable in a pytest suite: ``assert score_sql(gold, pred, database=path).passed``.
+        :class:`EquivalenceResult` (``verdict``, ``reason``, ``flags``, ``diff``, ``trail``);
+        ``basis == "proven"`` means the prediction did not need to run. Usable in a pytest
+        suite: ``assert score_sql(gold, pred, database=path, dialect="duckdb").passed``.
+
+    Errors: ``KeyError`` for an unknown dialect or engine;
+    :class:`polysql_ray.replication.base.ReplicationError` when the replica cannot be built.
     """
-    pred_engine = pred_engine or engine
-    case = Case(gold_sql=gold_sql, pred_sql=pred_sql,
-                gold_dialect=ENGINE_DIALECTS.get(engine, engine),
-                pred_dialect=ENGINE_DIALECTS.get(pred_engine, pred_engine),
-                gold_engine=engine, pred_engine=pred_engine, gold_location=database,
-                pred_location=pred_database or database, question=question)
-    return observed_equivalence(policy=policy, limits=limits).check(case)
+    from polysql_ray.engines.registry import default_dialect, engine_for_dialect
+
+    target = engine_for_dialect(dialect) if dialect else (pred_engine or engine)
+    location = pred_database
+    if location is None and target != engine:
+        location = _replica(database, engine, target, replicas_dir, engine_settings or {}, dataset)
+    case = Case(gold_sql=gold_sql, pred_sql=pred_sql, gold_dialect=default_dialect(engine),
+                pred_dialect=default_dialect(target), gold_engine=engine, pred_engine=target,
+                gold_location=database, pred_location=location or database, question=question)
+    return observed_equivalence(policy=policy, limits=limits, engine_settings=engine_settings).check(case)
+
+
+def _replica(database: str, engine: str, target: str, replicas_dir, engine_settings: Mapping, dataset: str) -> str:
+    """Location of a verified copy of ``database`` in ``target`` (built or reused)."""
+    from polysql_ray.datasets.example import SourceDatabase
+    from polysql_ray.engines.registry import engine_spec
+    from polysql_ray.replication.base import replicate
+
+    embedded = engine_spec(engine).embedded
+    db_id = Path(database).stem if embedded else str(database)
+    src = SourceDatabase(dataset=dataset, db_id=db_id, engine=engine,
+                         location=str(Path(database).resolve()) if embedded else str(database),
+                         exists=os.path.isfile(database) if embedded else True)
+    rdir = Path(replicas_dir) if replicas_dir else Path.home() / ".cache" / "polysql_ray" / "replicas"
+    settings = None if engine_spec(target).embedded else dict(engine_settings.get(target) or {})
+    source_settings = None if embedded else dict(engine_settings.get(engine) or {})
+    return replicate(src, target, rdir, settings=settings, source_settings=source_settings).location

@@ -3,21 +3,48 @@
 Every score in the results store carries ``policy.version`` and ``policy.fingerprint()``
 (``store/schema.py``); changing any field (e.g. ``policy.abs_tol=1e-4`` on the Hydra command
 line) changes the fingerprint and therefore the cell key, so results under different policies
-never mix. The rules follow docs/evaluation-notes.md section 2.
+never mix. The policy is built **once per run** (``ComparisonPolicy.from_config``) and passed
+as this object to every scoring task and to :func:`polysql_ray.comparison.verdict.decide`.
 
-Numeric tolerance (the one place where "equal" is not identity):
+Rules of the default policy (``cmp-2``):
 
-* two values that are *integers by type* (int, bool when ``bool_as_int``, Decimal with scale 0)
-  compare **exactly**: 123457 != 123456 always;
-* otherwise (either side a float or a Decimal with a fractional scale) the values are equal iff
-  ``|a - b| <= abs_tol + rel_tol * max(|a|, |b|)`` (NULL only equals NULL; NaN equals NaN).
+* **Rows**: multiset (bag) comparison unless the gold has a top-level ORDER BY; then rows
+  compare in order and rows tied on the ORDER BY keys compare as a multiset. Duplicates count
+  (a missing DISTINCT fails).
+* **Columns** (``columns: match``): predicted columns are matched to gold columns by content,
+  rows kept together (a permuted projection ``SELECT b, a`` for ``SELECT a, b`` is correct;
+  flag ``columns_reordered``); extra predicted columns are tolerated (flag
+  ``extra_pred_columns_used``), as the PolySQL method prescribes (arXiv 2605.07796, section 3).
+  ``columns: positional`` compares gold column i with predicted column i.
+* **Numbers** (the one place where "equal" is not identity; implemented once, in
+  :func:`polysql_ray.comparison.normalize.close`): two values that are *integers by type*
+  (int, bool when ``bool_as_int``, Decimal with scale 0) compare **exactly**; otherwise the
+  values are equal iff ``|a - b| <= abs_tol + rel_tol * max(|a|, |b|)`` (NULL only equals
+  NULL; NaN equals NaN). Defaults ``abs_tol = 1e-5`` (the PolySQL paper's tolerance) and
+  ``rel_tol = 1e-9`` (absorbs float accumulation noise on large magnitudes only: a double sum
+  near 1e12 has an ulp of 1.2e-4). A purely relative 1e-5 would accept 123457.0 for 123456.0;
+  rounding to fixed digits rejects values straddling a rounding boundary.
+* **Ties at a LIMIT cut** (``ORDER BY ... LIMIT k`` where row k+1 ties with row k): always
+  flagged ``ties_at_limit``; ``lenient`` accepts any choice among the tied rows.
+* **Ambiguity flags** (``null_order``, ``integer_division``, ``duplicates``,
+  ``time_dependent_gold``, ``nondeterministic_gold`` ...; see the README's flag table) never
+  change a verdict by themselves; a flag listed in ``inconclusive_flags`` turns a ``pass`` or
+  ``fail`` carrying it into ``inconclusive``.
+* **Determinism**: a gold whose result is not a function of the data (random/uuid functions,
+  LIMIT without ORDER BY, a tie at an ORDER BY ... LIMIT cut below the top level, found on the
+  data by a probe query) is flagged ``nondeterministic_gold`` and, by default, scored
+  ``inconclusive``: its observed pass/fail depends on which tied row an engine happened to pick
+  (Spider q954/q955 flip between MariaDB runs). A tie at the *top-level* cut is decided by the
+  lenient rule above instead (any tied choice passes).
 
-The defaults are ``abs_tol = 1e-5`` (the PolySQL paper's tolerance, arXiv 2605.07796) and a tiny
-``rel_tol = 1e-9``, which only absorbs float accumulation noise on large magnitudes (a double
-sum near 1e12 has an ulp of 1.2e-4). A *purely relative* 1e-5 would accept 123457.0 for
-123456.0 (|diff| = 1 <= 1.23); under the defaults the allowance there is 1e-5 + 1.2e-4, so it
-fails, as does 0.12344 vs 0.12346 (|diff| = 2e-5 > 1e-5). Rounding to a fixed number of
-digits is not used: it rejects values straddling a rounding boundary and accepts far values.
+``policy=testsuite`` (``conf/policy/testsuite.yaml``) emulates the exec rules of the Spider
+test-suite evaluator (Zhong et al., EMNLP 2020, github.com/taoyds/test-suite-sql-eval): the
+SELECT DISTINCT keyword is deleted from both queries before they run (``distinct: strip``),
+results compare as bags, or as exact lists when the gold text contains ``order by`` anywhere
+(``order: order_by_anywhere``, ``ties: positional``), columns may be permuted but not added,
+two empty results are equal whatever their columns, and numbers compare exactly. Unlike
+test-suite, DISTINCT inside aggregates (``COUNT(DISTINCT x)``) is kept: deleting it changes
+the question's answer.
 """
 from __future__ import annotations
 
@@ -27,9 +54,22 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-ORDER_MODES = ("auto", "bag", "list")
+ORDER_MODES = ("auto", "bag", "list", "order_by_anywhere")
 DUPLICATE_MODES = ("bag", "set")
 TIE_MODES = ("lenient", "strict")
+TIED_ROW_MODES = ("multiset", "positional")
+COLUMN_MODES = ("match", "positional")
+DISTINCT_MODES = ("keep", "strip")
+
+#: Flags saying the verdict may hinge on an ambiguity (README, "Ambiguity flags"): EX is also
+#: reported over the items carrying none of them.
+AMBIGUITY_FLAGS = ("ties_at_limit", "ties_truncated", "nondeterministic_gold", "time_dependent_gold",
+                   "null_order", "integer_division", "bool_as_int", "decimal_scale", "collation",
+                   "duplicates", "ungrouped_column", "tie_probe_unavailable", "order_keys_unknown",
+                   "unparsed_gold")
+#: Every flag a policy may list in ``inconclusive_flags`` (the ambiguity flags and the
+#: informational column-mapping flags).
+POLICY_FLAGS = AMBIGUITY_FLAGS + ("columns_reordered", "extra_pred_columns_used")
 
 
 @dataclass(frozen=True)
@@ -37,15 +77,20 @@ class ComparisonPolicy:
     """How a gold result set and a predicted result set are judged equal (EX).
 
     Attributes:
-        version: policy version tag stored with every score (``cmp-1``); bump it when the
+        version: policy version tag stored with every score (``cmp-2``); bumped whenever the
             comparison *code* changes meaning, so old scores are recognisably different.
         abs_tol: absolute tolerance for non-integer numbers (paper: 1e-5).
         rel_tol: relative tolerance for non-integer numbers; see the module docstring.
         order: ``auto`` = multiset (bag) unless the gold has a top-level ORDER BY, then rows
-            in order with rows tied on the ORDER BY keys compared as a multiset; ``bag`` =
-            always multiset; ``list`` = always in order (ties still tolerated where known).
-        extra_pred_columns: tolerate extra predicted columns by choosing the predicted columns
-            that reproduce the gold columns row-wise (flag ``extra_pred_columns_used``).
+            in order; ``bag`` = always multiset; ``list`` = always in order;
+            ``order_by_anywhere`` = in order when the gold text contains ``order by``
+            anywhere, subqueries included (test-suite's rule).
+        ties: ``multiset``: under an ordered comparison, rows tied on the ORDER BY keys compare
+            as a multiset; ``positional``: strictly row by row (test-suite).
+        columns: ``match``: predicted columns matched to gold columns by content, rows kept
+            together (flag ``columns_reordered`` when the mapping is not the identity);
+            ``positional``: gold column i is predicted column i.
+        extra_pred_columns: tolerate extra predicted columns (flag ``extra_pred_columns_used``).
         string_number_equal: treat the string '5' as equal to the number 5 (default False:
             a string is not a number).
         bool_as_int: BOOLEAN true/false equal 1/0 (SQLite has no BOOLEAN type).
@@ -53,20 +98,29 @@ class ComparisonPolicy:
             (SQLite stores dates as TEXT). Timestamps are compared as UTC wall-clock; naive
             timestamps are taken as UTC.
         trim_trailing_spaces: ignore trailing spaces in strings (MySQL PAD SPACE collations).
-        duplicates: ``bag`` (default): duplicate rows count, so a missing DISTINCT fails;
-            ``set``: duplicate rows are dropped from both result sets before comparing, which
-            approximates the test-suite evaluator's default (it deletes DISTINCT from both
-            queries, ``keep_distinct=False``) for comparison with published Spider figures.
+        duplicates: ``bag`` (default): duplicate rows count; ``set``: duplicate rows are
+            dropped from both result sets before comparing (BIRD's ``set(pred) == set(gold)``).
+        distinct: ``keep``: run both queries as written; ``strip``: delete the SELECT DISTINCT
+            keyword (every SELECT, subqueries included; never DISTINCT inside an aggregate)
+            from both queries before they run (test-suite's default, ``keep_distinct=False``).
+        empty_equal: two empty results are equal whatever their column counts (test-suite).
         ties_at_limit: ``lenient``: under ``ORDER BY ... LIMIT k`` with ties at the cut, accept
             any predicted choice among the tied rows (needs the gold probe, see shape.py);
             ``strict``: the predicted rows at the cut must equal the gold's choice. Both flag
             ``ties_at_limit``.
+        inconclusive_flags: flags (:data:`POLICY_FLAGS`) that turn a decided
+            ``pass``/``fail`` into ``inconclusive``. Default: only ``nondeterministic_gold`` (a
+            gold whose result is not a function of the data has no single right answer, and its
+            observed verdict could change from run to run); every other flag keeps the strict
+            verdict.
     """
 
-    version: str = "cmp-1"
+    version: str = "cmp-2"
     abs_tol: float = 1e-5
     rel_tol: float = 1e-9
     order: str = "auto"
+    ties: str = "multiset"
+    columns: str = "match"
     extra_pred_columns: bool = True
     string_number_equal: bool = False
     bool_as_int: bool = True
@@ -74,16 +128,22 @@ class ComparisonPolicy:
     trim_trailing_spaces: bool = False
     ties_at_limit: str = "lenient"
     duplicates: str = "bag"
+    distinct: str = "keep"
+    empty_equal: bool = False
+    inconclusive_flags: tuple[str, ...] = ("nondeterministic_gold",)
 
     def __post_init__(self) -> None:
-        if self.order not in ORDER_MODES:
-            raise ValueError(f"policy.order must be one of {ORDER_MODES}, got {self.order!r}")
-        if self.duplicates not in DUPLICATE_MODES:
-            raise ValueError(f"policy.duplicates must be one of {DUPLICATE_MODES}, got {self.duplicates!r}")
-        if self.ties_at_limit not in TIE_MODES:
-            raise ValueError(f"policy.ties_at_limit must be one of {TIE_MODES}, got {self.ties_at_limit!r}")
+        for name, modes in (("order", ORDER_MODES), ("duplicates", DUPLICATE_MODES),
+                            ("ties_at_limit", TIE_MODES), ("ties", TIED_ROW_MODES),
+                            ("columns", COLUMN_MODES), ("distinct", DISTINCT_MODES)):
+            if getattr(self, name) not in modes:
+                raise ValueError(f"policy.{name} must be one of {modes}, got {getattr(self, name)!r}")
         if not (self.abs_tol >= 0 and self.rel_tol >= 0):
             raise ValueError("policy tolerances must be >= 0")
+        object.__setattr__(self, "inconclusive_flags", tuple(self.inconclusive_flags or ()))
+        unknown = sorted(set(self.inconclusive_flags) - set(POLICY_FLAGS))
+        if unknown:
+            raise ValueError(f"policy.inconclusive_flags: unknown flag(s) {unknown}; known: {list(POLICY_FLAGS)}")
         for f in dataclasses.fields(self):  # catch YAML strings like "yes" for booleans early
             if f.type == "bool" and not isinstance(getattr(self, f.name), bool):
                 raise ValueError(f"policy.{f.name} must be a boolean")
@@ -114,11 +174,13 @@ class ComparisonPolicy:
                 cfg = OmegaConf.to_container(cfg, resolve=True)
         except ImportError:  # pragma: no cover - hydra is a dependency
             pass
-        data = dict(cfg)
+        data = {k: v for k, v in dict(cfg).items() if k != "defaults"}  # Hydra's composition list
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"unknown comparison policy field(s): {unknown}")
+        if "inconclusive_flags" in data:
+            data["inconclusive_flags"] = tuple(data["inconclusive_flags"] or ())
         for k in ("abs_tol", "rel_tol"):
             if k in data and isinstance(data[k], (int, str)) and not isinstance(data[k], bool):
                 data[k] = float(data[k])

@@ -1,18 +1,23 @@
 """Comparing a gold result set with a predicted result set (the verdict behind EX).
 
-Policy (docs/evaluation-notes.md section 2; PolySQL arXiv 2605.07796 dual execution):
+Policy (the rules are those of :mod:`polysql_ray.comparison.policy`; PolySQL arXiv 2605.07796
+dual execution):
 
-* **Columns are positional**; names/aliases are ignored. With ``extra_pred_columns`` a
-  prediction with more columns is accepted when some predicted columns reproduce the gold
-  columns *row-wise*. They are chosen without permutation search: each gold column gets the
-  candidate predicted columns holding the same multiset of values (positional one first;
-  row-wise identical candidates are tried once), then candidate mappings are verified on whole
-  rows, at most :data:`MAX_MAPPINGS` of them. Columns are never sorted independently: values
-  stay in their rows.
+* **Columns are matched by content** (``policy.columns = "match"``); names/aliases are ignored.
+  Each gold column's candidates are the predicted columns holding the same multiset of values
+  (the positional one first); gold columns are assigned most-constrained first, and a partial
+  assignment survives only while the projected *rows* of the assigned columns are equal as
+  multisets, so values never leave their rows (sorting columns independently would accept
+  scrambled rows). Row-wise identical predicted columns are tried once; the search is bounded
+  (:data:`MAX_CHECKS`, :data:`MAX_MAPPINGS`, flag ``column_match_capped``), never factorial.
+  This covers permutations (flag ``columns_reordered``), extra predicted columns when
+  ``extra_pred_columns`` (flag ``extra_pred_columns_used``) and duplicated gold columns (each
+  needs its own predicted column). ``policy.columns = "positional"``: identity only.
 * **Bag semantics** (no top-level ORDER BY in the gold): the multisets of canonical rows must
   be equal -- duplicates count, so a missing DISTINCT fails.
-* **List semantics** (top-level ORDER BY): rows compare in order, except that consecutive gold
-  rows tied on the ORDER BY keys form a group compared as a multiset. Keys come from the gold
+* **List semantics** (top-level ORDER BY, or per ``policy.order``): rows compare in order, except
+  that consecutive gold rows tied on the ORDER BY keys form a group compared as a multiset
+  (``policy.ties = "positional"``: strictly row by row). Keys come from the gold
   table when they are output columns, else from the probe (shape.py). Unknown keys: strict
   order, flag ``order_keys_unknown``.
 * **ORDER BY ... LIMIT k with ties at the cut** (a probe row past k ties with row k): flag
@@ -29,6 +34,12 @@ Policy (docs/evaluation-notes.md section 2; PolySQL arXiv 2605.07796 dual execut
   columns, each group is paired in sorted order, and groups that do not pair are resolved by
   maximum bipartite matching (scipy) on the tolerance relation (two-pointer for one float
   column; above :data:`BIPARTITE_CAP` cells, sorted pairing with flag ``tolerance_match_capped``).
+
+Data-driven ambiguity flags on a failed comparison (the verdict is unchanged):
+``duplicates`` (equal once repeated rows are dropped), ``decimal_scale`` (equal at the DECIMAL
+scale one side carries), ``collation`` (equal case-insensitively), ``null_order`` (an ORDER BY
+key holds NULL and the rows differ in order or at the cut); on a match: ``bool_as_int`` (a
+BOOLEAN column matched integers).
 
 Reason codes (exactly one per comparison, most informative first):
 
@@ -48,13 +59,14 @@ import pyarrow as pa
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_bipartite_matching
 
-from .normalize import PairCodes, canonical_column, close, pair_codes
+from .normalize import NULL_CODE, PairCodes, canonical_column, close, pair_codes
 from .policy import ComparisonPolicy
 from .shape import TIE_WINDOW, GoldShape
 
 REASONS = ("match", "no_result", "column_count", "row_count", "types", "values", "order",
            "ties_truncated", "compare_error")
-MAX_MAPPINGS = 32          # verified column mappings per comparison (extra predicted columns)
+MAX_MAPPINGS = 32          # complete column mappings verified per comparison
+MAX_CHECKS = 512           # partial column assignments checked row-wise per comparison
 BIPARTITE_CAP = 4_000_000  # max gold x pred cells of one tolerance-matching group
 SAMPLE_ROWS = 3
 
@@ -262,40 +274,72 @@ class _Ctx:
         return p.pred.tobytes() + (p.pred_f.tobytes() if p.pred_f is not None else b"")
 
 
-def _mappings(ctx: _Ctx, k: int, m: int, flags: list[str]):
-    """Yield injective column mappings (tuple of pred index per gold column), best first."""
-    if m == k:
-        yield tuple(range(k))
+def _mappings(ctx: _Ctx, k: int, m: int, flags: list[str], positional: bool, cut=None):
+    """Yield injective column mappings (tuple of pred index per gold column), best first.
+
+    ``positional``: only the identity. Otherwise the identity first, then mappings found by
+    content: each gold column's candidates are the predicted columns holding the same multiset
+    of values; gold columns are assigned most-constrained first and a partial assignment is kept
+    only while the *projected rows* of the assigned gold columns equal (as a multiset) those of
+    the assigned predicted columns, so values never leave their rows; predicted columns that are
+    row-wise identical are tried once. The search is bounded (:data:`MAX_CHECKS` partial checks,
+    :data:`MAX_MAPPINGS` complete mappings; flag ``column_match_capped`` when hit), so no
+    factorial enumeration happens however wide the result.
+    """
+    identity = tuple(range(k))
+    yield identity
+    if positional or k == 0:
         return
     cands = []
     for i in range(k):
         order = [i] + [j for j in range(m) if j != i] if i < m else list(range(m))
-        cands.append([j for j in order if ctx.column_equal(i, j)])
+        nulls = int(ctx.cg[i].null.sum())
+        cands.append([j for j in order if int(ctx.cp[j].null.sum()) == nulls  # cheap necessary test
+                      and ctx.column_equal(i, j)])
     if not all(cands):
-        yield tuple(range(k))  # some gold column appears nowhere: the positional diff
-        return
-    budget = [10_000]
+        return  # some gold column appears nowhere: the identity's diff is the answer
+    order = sorted(range(k), key=lambda i: (len(cands[i]), i))
+    budget = [MAX_CHECKS]
+    found = [0]
 
-    def rec(i: int, used: tuple[int, ...]):
-        if i == k:
-            yield used
+    def consistent(assign: dict[int, int]) -> bool:
+        budget[0] -= 1
+        gi = sorted(assign)
+        ge, pe, gf, pf = _stack([ctx.pair(i, assign[i]) for i in gi])
+        if cut is not None:
+            ge, gf = ge[:cut[0]], gf[:cut[0]]
+        ug, up, _ = unmatched_rows(ge, pe, gf, pf, ctx.policy)
+        return len(ug) == 0 and (cut is not None or len(up) == 0)
+
+    def rec(d: int, assign: dict[int, int]):
+        if d == k:
+            yield tuple(assign[i] for i in range(k))
             return
+        i = order[d]
         seen: set[bytes] = set()
         for j in cands[i]:
-            budget[0] -= 1
-            if budget[0] < 0:
-                return
-            if j in used:
+            if j in assign.values():
                 continue
             sig = ctx.signature(i, j)
             if sig in seen:  # row-wise identical to a column already tried here
                 continue
             seen.add(sig)
-            yield from rec(i + 1, used + (j,))
+            if budget[0] <= 0:
+                if "column_match_capped" not in flags:
+                    flags.append("column_match_capped")
+                return
+            assign[i] = j
+            if d == 0 or consistent(assign):
+                yield from rec(d + 1, assign)
+            del assign[i]
 
-    for n_, mp in enumerate(rec(0, ())):
-        if n_ >= MAX_MAPPINGS:
-            flags.append("mapping_search_capped")
+    for mp in rec(0, {}):
+        if mp == identity:
+            continue
+        found[0] += 1
+        if found[0] > MAX_MAPPINGS:
+            if "column_match_capped" not in flags:
+                flags.append("column_match_capped")
             return
         yield mp
 
@@ -303,11 +347,14 @@ def _mappings(ctx: _Ctx, k: int, m: int, flags: list[str]):
 # ----------------------------------------------------------------------------- verdict
 def _tie_groups(gold: pa.Table, shape: GoldShape, probe: pa.Table | None,
                 policy: ComparisonPolicy, flags: list[str]):
-    """Tie-group id per gold row, and (start of last group, probe rows tied at the cut) or None."""
+    """Tie-group id per gold row, (start of last group, probe rows tied at the cut) or None, and
+    whether an ORDER BY key holds NULL in the rows seen (for flag ``null_order``)."""
     n = gold.num_rows
     strict = np.arange(n, dtype=np.int64)
     if not shape.ordered or n == 0:
-        return strict, None
+        return strict, None, False
+    if shape.probe_sql and probe is None:
+        flags.append("tie_probe_unavailable")
     src, keys = None, ()
     if probe is not None and shape.probe_keys:
         if probe.num_rows >= n and probe.num_columns >= gold.num_columns:
@@ -319,13 +366,16 @@ def _tie_groups(gold: pa.Table, shape: GoldShape, probe: pa.Table | None,
     if src is None:
         if "order_keys_unknown" not in flags:
             flags.append("order_keys_unknown")
-        return strict, None
+        return strict, None, False
     K = _key_matrix(src, keys, policy)
+    null_keys = bool((K[:, ::2] == NULL_CODE).any())
     groups = np.concatenate([[0], np.cumsum(~_same(K[1:n], K[:n - 1]))]).astype(np.int64)
+    if policy.ties == "positional":
+        groups = strict
     if src is probe and shape.limit is not None and n == shape.limit and probe.num_rows > n \
             and _same(K[n], K[n - 1]):
         flags.append("ties_at_limit")
-        if policy.ties_at_limit == "lenient":
+        if policy.ties_at_limit == "lenient" and policy.ties == "multiset":
             s = int(np.searchsorted(groups, groups[-1]))
             tail = _same(K[s:], K[n - 1])
             end = s + (int(np.argmin(tail)) if not tail.all() else len(tail))
@@ -333,8 +383,8 @@ def _tie_groups(gold: pa.Table, shape: GoldShape, probe: pa.Table | None,
             if truncated:
                 flags.append("ties_truncated")
             return groups, (s, probe.slice(s, end - s).select(list(range(gold.num_columns))),
-                            truncated)
-    return groups, None
+                            truncated), null_keys
+    return groups, None, null_keys
 
 
 def _not_tied(ctx: _Ctx, mapping: tuple[int, ...], tied: pa.Table, idx: np.ndarray) -> np.ndarray:
@@ -422,43 +472,114 @@ def compare(gold: pa.Table | None, pred: pa.Table | None, shape: GoldShape,
     flags = list(shape.flags)
     if gold is None or pred is None:
         return Comparison(False, "no_result", tuple(flags))
+    res = _compare(gold, pred, shape, policy, probe, flags)
+    if not res.match:
+        _explain(gold, pred, shape, policy, probe, res, flags)
+    return dataclasses.replace(res, flags=tuple(dict.fromkeys(flags)))
+
+
+def _ordered(shape: GoldShape, policy: ComparisonPolicy) -> bool:
+    return policy.order == "list" or (policy.order == "auto" and shape.ordered) or \
+        (policy.order == "order_by_anywhere" and (shape.ordered or shape.order_by_anywhere))
+
+
+def _compare(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: ComparisonPolicy,
+             probe: pa.Table | None, flags: list[str]) -> Comparison:
+    if policy.empty_equal and gold.num_rows == 0 and pred.num_rows == 0:
+        return Comparison(True, "match", (), Diff(0, 0))
     if policy.duplicates == "set":
         gold, pred = distinct_rows(gold), distinct_rows(pred)
     k, m = gold.num_columns, pred.num_columns
     base = Diff(gold.num_rows, pred.num_rows)
     if m < k or (m > k and not policy.extra_pred_columns):
-        return Comparison(False, "column_count", tuple(flags), base)
+        return Comparison(False, "column_count", (), base)
     ctx = _Ctx(gold, pred, policy)
     if gold.num_rows != pred.num_rows:
         ge, pe, gf, pf = _stack([ctx.pair(i, i) for i in range(k)])
         ug, up, _ = unmatched_rows(ge, pe, gf, pf, policy) if k else ([], [], False)
         diff = Diff(gold.num_rows, pred.num_rows, len(ug), len(up), _rows(gold, np.asarray(ug), tuple(range(k))),
                     _rows(pred, np.asarray(up), tuple(range(k))), tuple(range(k)))
-        return Comparison(False, "row_count", tuple(flags), diff)
-    ordered = policy.order == "list" or (policy.order == "auto" and shape.ordered)
-    groups, cut = _tie_groups(gold, shape, probe, policy, flags) if ordered else (None, None)
+        return Comparison(False, "row_count", (), diff)
+    ordered = _ordered(shape, policy)
+    if ordered and not shape.ordered:  # ORDER BY only below the top level: rows strictly in order
+        groups, cut, null_keys = np.arange(gold.num_rows, dtype=np.int64), None, False
+    elif ordered:
+        groups, cut, null_keys = _tie_groups(gold, shape, probe, policy, flags)
+    else:
+        groups, cut, null_keys = None, None, False
     best: tuple[str, Diff] | None = None
-    for mapping in _mappings(ctx, k, m, flags):
+    for mapping in _mappings(ctx, k, m, flags, policy.columns == "positional", cut):
         res = _evaluate(ctx, mapping, ordered, groups, cut, flags)
         if best is None or _RANK[res[0]] < _RANK[best[0]]:
             best = res
         if res[0] == "match":
             break
     reason, diff = best
-    if reason == "match" and m > k:
-        flags.append("extra_pred_columns_used")
+    if reason == "match":
+        if m > k:
+            flags.append("extra_pred_columns_used")
+        if diff.column_mapping != tuple(range(k)):
+            flags.append("columns_reordered")
+        if policy.bool_as_int and any(pa.types.is_boolean(gold.column(i).type) != pa.types.is_boolean(pred.column(j).type)
+                                      for i, j in enumerate(diff.column_mapping)):
+            flags.append("bool_as_int")
+    if null_keys and reason in ("order", "values"):
+        flags.append("null_order")
     if reason == "values" and any(ctx.pair(i, j).mode == "disjoint" and ctx.cg[i].kind != "null"
                                   and ctx.cp[j].kind != "null" for i, j in enumerate(diff.column_mapping)):
         relaxed = dataclasses.replace(policy, string_number_equal=True, date_string_equal=True,
                                       bool_as_int=True)
-        if relaxed != policy and compare(gold, pred, shape, relaxed, probe).match:
+        if relaxed != policy and _compare(gold, pred, shape, relaxed, probe, []).match:
             reason = "types"
-    return Comparison(reason == "match", reason, tuple(dict.fromkeys(flags)), diff)
+    return Comparison(reason == "match", reason, (), diff)
+
+
+def _decimal_scale(t: pa.Table) -> int | None:
+    """Smallest DECIMAL scale > 0 among ``t``'s columns, None when it has none."""
+    scales = [c.type.scale for c in t.columns if pa.types.is_decimal(c.type) and c.type.scale > 0]
+    return min(scales) if scales else None
+
+
+def _explain(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: ComparisonPolicy,
+             probe: pa.Table | None, res: Comparison, flags: list[str]) -> None:
+    """Flags for a failed comparison whose outcome hinges on a known ambiguity (the verdict is
+    unchanged): ``duplicates`` (equal once repeated rows are dropped: a DISTINCT question),
+    ``decimal_scale`` (equal once numbers are compared at the DECIMAL scale one engine imposed),
+    ``collation`` (equal once strings are compared case-insensitively)."""
+    if res.reason not in ("row_count", "values", "order"):
+        return
+    if policy.duplicates == "bag" and \
+            _compare(gold, pred, shape, dataclasses.replace(policy, duplicates="set"), probe, []).match:
+        flags.append("duplicates")
+    if res.reason == "values":
+        scale = min([s for s in (_decimal_scale(gold), _decimal_scale(pred)) if s is not None], default=None)
+        if scale is not None and _compare(gold, pred, shape, dataclasses.replace(
+                policy, abs_tol=max(policy.abs_tol, 10.0 ** -scale)), probe, []).match:
+            flags.append("decimal_scale")
+    if res.reason in ("values", "order", "row_count"):
+        lower = [_lower_strings(gold), _lower_strings(pred)]
+        if lower[0] is not None and lower[1] is not None and \
+                _compare(lower[0], lower[1], shape, policy, None if probe is None else _lower_strings(probe), []).match:
+            flags.append("collation")
+
+
+def _lower_strings(t: pa.Table) -> pa.Table | None:
+    """``t`` with string columns lower-cased, None when it has no string column."""
+    import pyarrow.compute as pc
+
+    cols, changed = [], False
+    for c in t.columns:
+        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+            cols.append(pc.utf8_lower(c))
+            changed = True
+        else:
+            cols.append(c)
+    return pa.Table.from_arrays(cols, names=t.column_names) if changed else None
 
 
 def compare_batch(items: list[tuple[pa.Table | None, pa.Table | None, GoldShape, pa.Table | None]],
                   policy: ComparisonPolicy) -> list[Comparison]:
-    """Compare many (gold, pred, shape, probe) items; used by the Ray scoring tasks.
+    """Compare many (gold, pred, shape, probe) items (verdicts come from :func:`verdict.decide`).
 
     An internal exception on one item yields ``Comparison(False, "compare_error", detail=...)``
     for that item instead of failing the batch.

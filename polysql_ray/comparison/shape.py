@@ -22,6 +22,16 @@ row (flag ``ties_at_limit``). A probe is not built where appending columns would
 rows: a ``SELECT DISTINCT`` or a set operation with unresolved keys (flag
 ``order_keys_unknown``; then rows compare strictly in order). If sqlglot cannot parse the gold,
 the shape is bag semantics with flag ``unparsed_gold``.
+
+ORDER BY keys written over select aliases (``ORDER BY CASE WHEN total IS NULL THEN 1 END``
+where ``total`` is an output alias) are appended to the probe with the alias replaced by its
+expression, so the probe runs on every engine. When the probe cannot run the comparison
+flags ``tie_probe_unavailable`` (rows then compare strictly in order).
+
+Determinism (:func:`determinism_flags`, stored in ``flags``): ``time_dependent_gold`` (the
+result depends on the clock: ``'now'``, ``current_date`` ...), ``nondeterministic_gold``
+(random/uuid functions, LIMIT without ORDER BY at any depth, ORDER BY ... LIMIT inside a
+subquery whose cut may fall in a tie: the top-level cut is checked on the data by the probe).
 """
 from __future__ import annotations
 
@@ -46,7 +56,13 @@ class GoldShape:
         probe_sql: gold rewrite to run on the gold engine (None when not needed/possible).
         probe_keys: positions of all ORDER BY keys in the probe table (negative = from end).
         flags: caveats copied into every comparison (``unparsed_gold``, ``order_keys_unknown``,
-            ``limit_without_order``).
+            ``limit_without_order``, ``nondeterministic_gold``, ``time_dependent_gold``).
+        order_by_anywhere: the gold text contains ``order by`` (any depth; test-suite's rule
+            for list comparison, ``policy.order = order_by_anywhere``).
+        ties_probe_sql: one-row query telling, for each ORDER BY ... LIMIT below the top level,
+            whether the cut falls in a tie, and whether a top-level ungrouped column takes
+            several values in one group (:func:`nested_ties_probe`); None when neither applies.
+        nested_cuts: number of ORDER BY ... LIMIT cuts below the top level.
     """
 
     ordered: bool = False
@@ -56,6 +72,9 @@ class GoldShape:
     probe_sql: str | None = None
     probe_keys: tuple[int, ...] = ()
     flags: tuple[str, ...] = ()
+    order_by_anywhere: bool = False
+    ties_probe_sql: str | None = None
+    nested_cuts: int = 0
 
     @classmethod
     def unparsed(cls) -> "GoldShape":
@@ -99,10 +118,206 @@ def analyze_gold(gold_sql: str, dialect: str, tie_window: int = TIE_WINDOW) -> G
     Returns:
         the shape; never raises (unparseable gold gives :meth:`GoldShape.unparsed`).
     """
+    anywhere = "order by" in (gold_sql or "").lower()
     try:
         tree = sqlglot.parse_one(gold_sql, read=dialect)
     except Exception:  # sqlglot raises ParseError/TokenError and occasionally others
-        return GoldShape.unparsed()
+        return GoldShape(flags=("unparsed_gold",), order_by_anywhere=anywhere)
+    det = determinism_flags(tree)
+    ties_probe = nested_ties_probe(tree, dialect)
+    shape = _analyze_tree(tree, dialect, tie_window)
+    return GoldShape(shape.ordered, shape.order_keys, shape.keys_complete, shape.limit, shape.probe_sql,
+                     shape.probe_keys, tuple(dict.fromkeys(shape.flags + det)), anywhere, ties_probe,
+                     len(_nested_cuts(tree)))
+
+
+#: sqlglot node classes whose value depends on the clock.
+CLOCK_NODES = ("CurrentTimestamp", "CurrentDate", "CurrentTime", "CurrentDatetime", "CurrentTimestampLTZ",
+               "Localtime", "Localtimestamp", "UnixSeconds")
+#: Function names (lower case) whose value depends on the clock.
+CLOCK_FUNCTIONS = frozenset({"now", "current_timestamp", "current_date", "current_time", "localtime",
+                             "localtimestamp", "sysdate", "curdate", "curtime", "unix_timestamp",
+                             "utc_timestamp", "utc_date", "utc_time", "today", "get_current_time",
+                             "clock_timestamp", "statement_timestamp", "transaction_timestamp"})
+#: Literals that SQLite date functions read as the current time (``strftime('%Y', 'now')``).
+CLOCK_LITERALS = frozenset({"now"})
+#: Function names / node classes returning a random or unique value.
+RANDOM_FUNCTIONS = frozenset({"random", "rand", "randomblob", "uuid", "gen_random_uuid",
+                              "uuid_generate_v4", "newid"})
+RANDOM_NODES = ("Rand", "Randn", "Randstr", "Uuid", "TableSample")
+
+
+def determinism_flags(tree: exp.Expression) -> tuple[str, ...]:
+    """``time_dependent_gold`` / ``nondeterministic_gold`` for a parsed query (module docstring).
+
+    Static: random or clock functions and LIMIT without ORDER BY at any depth. ORDER BY ...
+    LIMIT below the top level is decided on the data (:func:`nested_ties_probe`): a tie at such a
+    cut is invisible in the gold's result, so the chosen row may vary between engines and runs.
+    """
+    flags: list[str] = []
+    top = tree
+    while isinstance(top, (exp.Subquery, exp.Paren)):
+        top = top.this
+    for node in tree.walk():
+        name = type(node).__name__
+        if name in CLOCK_NODES:
+            flags.append("time_dependent_gold")
+        elif isinstance(node, exp.Func):
+            fname = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+            if fname in CLOCK_FUNCTIONS:
+                flags.append("time_dependent_gold")
+            elif fname in RANDOM_FUNCTIONS or name in RANDOM_NODES:
+                flags.append("nondeterministic_gold")
+        elif name in RANDOM_NODES:
+            flags.append("nondeterministic_gold")
+        elif isinstance(node, exp.Literal) and node.is_string and node.this.strip().lower() in CLOCK_LITERALS:
+            flags.append("time_dependent_gold")
+        elif isinstance(node, exp.Column) and not node.table and not node.this.quoted and \
+                node.name.lower() in {"current_timestamp", "current_date", "current_time"}:
+            flags.append("time_dependent_gold")
+        elif isinstance(node, exp.Limit):
+            query = node.parent
+            if not isinstance(query, exp.Query) or not query.args.get("order"):
+                flags.append("nondeterministic_gold")
+    return tuple(dict.fromkeys(flags))
+
+
+def _nested_cuts(tree: exp.Expression) -> list[tuple[exp.Select, int]]:
+    """(SELECT, cut position) of every ORDER BY ... LIMIT k [OFFSET o] below the top level."""
+    top = tree
+    while isinstance(top, (exp.Subquery, exp.Paren)):
+        top = top.this
+    out = []
+    for node in tree.find_all(exp.Select):
+        limit = node.args.get("limit")
+        if node is top or not isinstance(limit, exp.Limit) or not node.args.get("order"):
+            continue
+        k = _literal_int(limit.expression)
+        off = node.args.get("offset")
+        o = _literal_int(off.expression) if isinstance(off, exp.Offset) else 0
+        out.append((node, (k + o) if (k is not None and o is not None) else -1))
+    return out
+
+
+def nested_ties_probe(tree: exp.Expression, dialect: str) -> str | None:
+    """A one-row query with two columns per nested ORDER BY ... LIMIT cut (``n<i>``, ``d<i>``):
+    the cut's last kept row and the next row are fetched as ORDER BY key tuples; ``n<i> = 2`` and
+    ``d<i> = 1`` (two rows, one distinct key tuple: NULLs compare equal) means the cut falls in a
+    tie. A nested query that cannot run on its own (correlated, in a CTE, SELECT DISTINCT,
+    non-literal LIMIT) makes the probe fail to run, which counts as a possible tie
+    (``nondeterministic_gold``).
+
+    When the top-level SELECT aggregates and outputs a column that is neither grouped nor
+    aggregated (SQLite and MySQL take it from an arbitrary row of the group; SQLite from the
+    min()/max() row when there is one such aggregate), column ``g`` counts the groups where that
+    column holds more than one distinct non-NULL value (flag ``ungrouped_column``). None when
+    neither check applies."""
+    cuts = _nested_cuts(tree)
+    bare = _ungrouped_check(tree)
+    if not cuts and bare is None:
+        return None
+    cols = [exp.alias_(exp.Subquery(this=bare), "g")] if bare is not None else []
+    for i, (sel, cut) in enumerate(cuts):
+        if cut < 1 or sel.args.get("distinct"):
+            return "SELECT no_tie_probe_possible"  # fails on every engine: conservative flag
+        selects = list(sel.selects)
+        keys = []
+        for o in sel.args["order"].expressions:
+            k = o.this if isinstance(o, exp.Ordered) else o
+            pos = _literal_int(k)
+            if pos is not None:  # ORDER BY 2: the second output expression
+                if not 1 <= pos <= len(selects) or isinstance(selects[pos - 1], exp.Star):
+                    return "SELECT no_tie_probe_possible"
+                k = selects[pos - 1].this if isinstance(selects[pos - 1], exp.Alias) else selects[pos - 1]
+            keys.append(_inline_aliases(k, selects))
+        inner = sel.copy()
+        inner.set("expressions", [exp.alias_(k.copy(), f"k{j}") for j, k in enumerate(keys)])
+        inner.set("order", exp.Order(expressions=[
+            exp.Ordered(this=k.copy(), desc=o.args.get("desc") if isinstance(o, exp.Ordered) else None,
+                        nulls_first=o.args.get("nulls_first") if isinstance(o, exp.Ordered) else None)
+            for k, o in zip(keys, sel.args["order"].expressions)]))
+        inner.set("limit", exp.Limit(expression=exp.Literal.number(2)))
+        inner.set("offset", exp.Offset(expression=exp.Literal.number(cut - 1)))
+        n = exp.select("COUNT(*)").from_(exp.Subquery(this=inner.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"t{i}"))))
+        dist = exp.select("*").distinct().from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(f"u{i}"))))
+        d = exp.select("COUNT(*)").from_(exp.Subquery(this=dist, alias=exp.TableAlias(this=exp.to_identifier(f"v{i}"))))
+        cols += [exp.alias_(exp.Subquery(this=n), f"n{i}"), exp.alias_(exp.Subquery(this=d), f"d{i}")]
+    try:
+        return exp.select(*cols).sql(dialect=dialect)
+    except Exception:  # noqa: BLE001 - cannot render: conservative flag
+        return "SELECT no_tie_probe_possible"
+
+
+def nested_ties(probe, nested_cuts: int = 1) -> tuple[str, ...]:
+    """Flags from a :func:`nested_ties_probe` result (an Arrow table, or None when it did not
+    run): ``nondeterministic_gold`` when a nested cut falls in a tie or cannot be excluded from
+    one (``nested_cuts > 0`` and no result), ``ungrouped_column`` when ``g > 0``."""
+    row = probe.to_pylist()[0] if (probe is not None and probe.num_rows == 1) else None
+    flags = []
+    if nested_cuts:
+        if row is None or any(row.get(f"n{i}") == 2 and row.get(f"d{i}") == 1 for i in range(nested_cuts)):
+            flags.append("nondeterministic_gold")
+    if row is not None and (row.get("g") or 0) > 0:
+        flags.append("ungrouped_column")
+    return tuple(flags)
+
+
+def _ungrouped_check(tree: exp.Expression) -> exp.Select | None:
+    """``SELECT COUNT(*) FROM (<the top SELECT's groups with count(DISTINCT bare column) per
+    ungrouped output column>) WHERE b0 > 1 OR ...``, None when no such column."""
+    top = tree
+    while isinstance(top, (exp.Subquery, exp.Paren)):
+        top = top.this
+    if not isinstance(top, exp.Select):
+        return None
+    group = top.args.get("group")
+    selects = list(top.selects)
+    if group is None and not any(isinstance(n, exp.AggFunc) for s in selects for n in s.walk()):
+        return None
+    grouped = {c.name.lower() for e in (group.expressions if group else []) for c in e.find_all(exp.Column)}
+    bare: dict[str, exp.Column] = {}
+    for s in selects:
+        if isinstance(s, exp.Star):
+            return None
+        for col in s.find_all(exp.Column):
+            p, inside = col.parent, False
+            while p is not None and p is not top:
+                if isinstance(p, (exp.AggFunc, exp.Subquery, exp.Select)):
+                    inside = True
+                    break
+                p = p.parent
+            if not inside and col.name.lower() not in grouped and not isinstance(col.this, exp.Star):
+                bare.setdefault(col.sql(), col)
+    if not bare:
+        return None
+    inner = top.copy()
+    inner.set("expressions", [exp.alias_(exp.Count(this=exp.Distinct(expressions=[c.copy()])), f"b{j}")
+                              for j, c in enumerate(bare.values())])
+    for key in ("order", "limit", "offset", "distinct"):
+        inner.set(key, None)
+    if inner.args.get("having") is not None:
+        inner.set("having", exp.Having(this=_inline_aliases(inner.args["having"].this, selects)))
+    cond = exp.or_(*[exp.GT(this=exp.column(f"b{j}"), expression=exp.Literal.number(1)) for j in range(len(bare))])
+    return exp.select("COUNT(*)").from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("w")))) \
+        .where(cond)
+
+
+def _inline_aliases(key: exp.Expression, selects: list[exp.Expression]) -> exp.Expression:
+    """``key`` with unqualified column references to output aliases replaced by the aliased
+    expressions (ORDER BY may name an alias; a select-list expression may not)."""
+    aliases = {s.alias.lower(): s.this for s in selects if isinstance(s, exp.Alias) and s.alias}
+    if not aliases:
+        return key
+    key = key.copy()
+
+    def repl(node):
+        if isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
+            return exp.paren(aliases[node.name.lower()].copy(), copy=False)
+        return node
+    return key.transform(repl, copy=False)
+
+
+def _analyze_tree(tree: exp.Expression, dialect: str, tie_window: int) -> GoldShape:
     while isinstance(tree, (exp.Subquery, exp.Paren)) and not tree.args.get("order") \
             and not tree.args.get("limit"):
         tree = tree.this
@@ -127,7 +342,8 @@ def analyze_gold(gold_sql: str, dialect: str, tie_window: int = TIE_WINDOW) -> G
         return GoldShape(True, order_keys, True, limit, None, order_keys, ())
     probe = tree.copy()
     for i, k in enumerate(missing):
-        probe = probe.select(exp.alias_(k.copy(), f"__polysql_key{i}"), append=True, copy=False)
+        probe = probe.select(exp.alias_(_inline_aliases(k, selects), f"__polysql_key{i}"), append=True,
+                             copy=False)
     if limit is not None:
         probe.args["limit"].set("expression", exp.Literal.number(limit + tie_window))
     probe_keys, j = [], -len(missing)

@@ -1,29 +1,42 @@
-"""From (generation status, gold execution, predicted execution) to one verdict.
+"""The one decision path: from (gold result, probe result, predicted result, gold shape,
+policy, limits) to one verdict.
 
-This is the single place where a score's ``verdict``, ``correct``, ``reason`` and ``basis``
-are decided (vocabulary in :mod:`polysql_ray.store.schema`):
+:func:`decide` is the single place where a score's ``verdict``, ``correct``, ``reason``,
+``basis``, ``flags`` and ``diff`` are decided. The pipeline's Arrow scoring task
+(:func:`polysql_ray.pipeline.actors.score_batch`) and the one-case API
+(:func:`polysql_ray.comparison.equivalence.score_sql`) both call it, so a case checked in a
+user's test gets the verdict the sweep records. Vocabulary (:mod:`polysql_ray.store.schema`):
 
 0. an execution was ``unavailable`` (server unreachable, copy missing) -> ``unavailable``
    with reason ``gold_unavailable`` / ``pred_unavailable``: not a verdict at all; the store
    keeps such rows apart and the next run rescores them;
-1. the gold could not run (missing database, gold SQL failing on its own engine)
-   -> ``gold_error`` with reason ``gold_<status>``: not the model's fault, reported apart;
-2. the generator produced no SQL -> ``fail`` with reason ``no_sql`` / ``missing`` / ``truncated``
-   / ``generation_error``;
+1. the gold could not run (missing database, gold SQL failing on its own engine, a gold result
+   over the limits) -> ``gold_error`` with reason ``gold_<status>``: not the model's fault,
+   reported apart;
+2. the generator produced no SQL -> ``fail`` with reason ``no_sql`` / ``missing`` /
+   ``truncated`` / ``generation_error``;
 3. the prediction did not execute -> ``fail`` with reason ``pred_<status>`` (``pred_syntax``,
-   ``pred_schema``, ``pred_timeout`` ...); a timeout stays visible as such (EX is reported
-   with and without timeouts, evaluation-notes section 4);
-4. both executed -> the result-set comparison of :mod:`polysql_ray.comparison.result_set`
-   decides ``pass`` / ``fail`` with its reason code and flags, or ``inconclusive`` for the
-   reasons in :data:`INCONCLUSIVE_REASONS`.
+   ``pred_timeout``, ``pred_too_large`` ...); a timeout stays visible as such;
+4. the structural check proved the pair equivalent and the prediction was not run -> ``pass``
+   with basis ``proven``;
+5. both executed -> :func:`polysql_ray.comparison.result_set.compare` decides ``pass`` /
+   ``fail`` with its reason and flags, or ``inconclusive`` for the reasons in
+   :data:`INCONCLUSIVE_REASONS`; engine-semantics flags (:func:`semantic_flags`) are added;
+   a flag listed in ``policy.inconclusive_flags`` turns ``pass``/``fail`` into
+   ``inconclusive`` (reason kept, flag recorded).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
+import sqlglot
+from sqlglot import exp
 
-from polysql_ray.engines.base import ExecStatus, ExecutionResult
+from polysql_ray.comparison.policy import ComparisonPolicy
+from polysql_ray.comparison.result_set import Comparison, Diff, compare
+from polysql_ray.comparison.shape import GoldShape, nested_ties
+from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 from polysql_ray.generation.base import GenStatus
 
 #: Comparison reasons that leave the verdict undecidable from the data the evaluator has:
@@ -47,13 +60,15 @@ class Verdict:
         verdict: ``pass`` | ``fail`` | ``inconclusive`` | ``gold_error`` | ``unavailable``.
         reason: reason code (see module docstring).
         basis: ``observed`` (dual execution), ``proven`` (structure) or ``judged``.
-        flags: caveats from the comparison (``ties_at_limit`` ...).
+        flags: caveats and ambiguity flags (``ties_at_limit``, ``columns_reordered`` ...).
+        diff: what differs (:class:`polysql_ray.comparison.result_set.Diff`), when compared.
     """
 
     verdict: str
     reason: str
     basis: str = "observed"
     flags: tuple[str, ...] = ()
+    diff: Diff | None = None
 
     @property
     def correct(self) -> bool:
@@ -61,41 +76,136 @@ class Verdict:
         return self.verdict == "pass"
 
 
-def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, pred: ExecutionResult | None,
-           compare_fn, gold_error: str | None = None, proven: bool = False) -> Verdict:
-    """Decide the verdict of one prediction.
+@dataclass(frozen=True)
+class Pair:
+    """The SQL texts and engines of one compared pair (for the engine-semantics flags).
+
+    Attributes:
+        gold_sql, pred_sql: the SQL that ran (after :func:`executed_sql`).
+        gold_dialect, pred_dialect: their sqlglot dialects.
+        gold_engine, pred_engine: engine names (rows of ``engines.registry.SEMANTICS``).
+    """
+
+    gold_sql: str = ""
+    pred_sql: str = ""
+    gold_dialect: str = "sqlite"
+    pred_dialect: str = "sqlite"
+    gold_engine: str = "sqlite"
+    pred_engine: str = "sqlite"
+
+
+def _parse(sql: str, dialect: str):
+    try:
+        return sqlglot.parse_one(sql, read=dialect)
+    except Exception:  # noqa: BLE001 - unreadable SQL raises no flag
+        return None
+
+
+def semantic_flags(pair: Pair) -> tuple[str, ...]:
+    """Flags for SQL whose meaning differs between the gold's and the prediction's engine
+    (engine facts: :data:`polysql_ray.engines.registry.SEMANTICS`):
+
+    * ``integer_division``: a ``/`` in either query, and the engines disagree on ``int / int``;
+    * ``collation``: a ``LIKE`` in either query, and the engines disagree on case-insensitive
+      LIKE. (A case-insensitive ``=`` — MySQL's default collations — is flagged from the data
+      instead, when the two results are equal only case-insensitively: flagging every string
+      literal on MySQL would mark a fifth of all items.)
+
+    Same engine, unknown engine or unreadable SQL: no flag.
+    """
+    from polysql_ray.engines.registry import SEMANTICS
+
+    g, p = SEMANTICS.get(pair.gold_engine), SEMANTICS.get(pair.pred_engine)
+    if g is None or p is None or g == p:
+        return ()
+    trees = [t for t in (_parse(pair.gold_sql, pair.gold_dialect), _parse(pair.pred_sql, pair.pred_dialect))
+             if t is not None]
+    flags = []
+    if g.integer_division != p.integer_division and any(t.find(exp.Div) for t in trees):
+        flags.append("integer_division")
+    if g.ci_like != p.ci_like and any(t.find(exp.Like) for t in trees):
+        flags.append("collation")
+    return tuple(flags)
+
+
+def _same_null_order(pair: Pair | None) -> bool:
+    from polysql_ray.engines.registry import SEMANTICS
+
+    if pair is None:
+        return False
+    g, p = SEMANTICS.get(pair.gold_engine), SEMANTICS.get(pair.pred_engine)
+    return g is not None and p is not None and g.nulls_first_asc == p.nulls_first_asc
+
+
+def _enforce(res: ExecutionResult | None, limits: Limits | None) -> ExecutionResult | None:
+    return res if (res is None or limits is None) else limits.enforce(res)
+
+
+def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: ExecutionResult | None,
+           pred: ExecutionResult | None, shape: GoldShape | None, policy: ComparisonPolicy,
+           limits: Limits | None = None, *, gold_error: str | None = None, proven: bool = False,
+           pair: Pair | None = None, ties_probe: ExecutionResult | None = None) -> Verdict:
+    """Decide the verdict of one prediction (module docstring).
 
     Args:
         gen_status: the generator's status for this prediction.
         gold: gold execution on the source engine (None when the gold could not be run).
-        pred: predicted execution on the target engine (None when there was no SQL to run).
-        compare_fn: ``(gold_table, pred_table) -> Comparison`` (``match``, ``reason``, ``flags``),
-            usually ``functools.partial(result_set.compare, shape=..., policy=..., probe=...)``.
+        probe: execution of ``shape.probe_sql`` on the gold engine (None when not run).
+        pred: predicted execution on the target engine (None when there was no SQL to run, or
+            when it was proven and skipped).
+        shape: :func:`polysql_ray.comparison.shape.analyze_gold` of the gold SQL that ran.
+        policy: the run's comparison policy object.
+        limits: sandbox limits; a result over ``limits.max_bytes`` counts as ``too_large``.
         gold_error: a message when the example's gold cannot run at all (missing database).
-        proven: the structural check proved the prediction equivalent to the gold; when the
-            prediction was therefore not executed (``pred`` None) the verdict is a ``pass``
-            with basis ``proven`` (the gold still has to run: a failing gold stays a gold error).
+        proven: the structural check proved the prediction equivalent to the gold.
+        pair: SQL texts and engines, for :func:`semantic_flags` (None: no such flags).
+        ties_probe: execution of ``shape.ties_probe_sql`` on the gold engine; a tie at a nested
+            ORDER BY ... LIMIT cut, or a probe that did not run, flags ``nondeterministic_gold``;
+            an ungrouped output column with several values in a group flags ``ungrouped_column``.
     """
-    for side, res in (("gold", gold), ("pred", pred)):
+    for side, res in (("gold", gold), ("probe", probe), ("probe", ties_probe), ("pred", pred)):
         if res is not None and res.status is ExecStatus.UNAVAILABLE:
             # infrastructure (server down, replica missing), never the model's failure:
             # stored apart and rescored by the next run
-            return Verdict("unavailable", f"{side}_unavailable")
+            return Verdict("unavailable", f"{'gold' if side == 'probe' else side}_unavailable")
+    gold, probe, pred = _enforce(gold, limits), _enforce(probe, limits), _enforce(pred, limits)
     if gold_error is not None or gold is None:
         return Verdict("gold_error", "gold_unavailable" if gold is None else f"gold_{gold.status.value}")
     if gold.status is not ExecStatus.OK:
         return Verdict("gold_error", f"gold_{gold.status.value}")
+    shape = shape if shape is not None else GoldShape.unparsed()
+    if shape.ties_probe_sql is not None:
+        found = nested_ties(ties_probe.table if (ties_probe is not None and ties_probe.ok) else None,
+                            shape.nested_cuts)
+        shape = replace(shape, flags=tuple(dict.fromkeys(shape.flags + found)))
     gen_status = GenStatus(gen_status)
     if gen_status is not GenStatus.OK:
         return Verdict("fail", _GEN_REASON[gen_status])
     if pred is None:
-        return Verdict("pass", "match", "proven") if proven else Verdict("fail", "no_sql")
+        if proven:
+            return _apply_policy(Verdict("pass", "match", "proven", shape.flags), policy)
+        return Verdict("fail", "no_sql")
     if pred.status is not ExecStatus.OK:
         return Verdict("fail", f"pred_{pred.status.value}")
-    cmp = compare_fn(gold.table, pred.table)
+    probe_table = probe.table if (probe is not None and probe.ok) else None
+    cmp: Comparison = compare(gold.table, pred.table, shape, policy, probe_table)
+    flags = list(cmp.flags)
+    if "null_order" in flags and _same_null_order(pair):
+        flags.remove("null_order")  # both engines place NULLs alike: not a dialect ambiguity
+    if pair is not None:
+        flags += semantic_flags(pair)
+    flags = tuple(dict.fromkeys(flags))
     if cmp.reason in INCONCLUSIVE_REASONS:
-        return Verdict("inconclusive", cmp.reason, "observed", tuple(cmp.flags))
-    return Verdict("pass" if cmp.match else "fail", cmp.reason, "observed", tuple(cmp.flags))
+        return Verdict("inconclusive", cmp.reason, "observed", flags, cmp.diff)
+    return _apply_policy(Verdict("pass" if cmp.match else "fail", cmp.reason, "observed", flags, cmp.diff),
+                         policy)
+
+
+def _apply_policy(v: Verdict, policy: ComparisonPolicy) -> Verdict:
+    """``inconclusive`` when ``v`` carries a flag the policy does not let decide a verdict."""
+    if v.verdict in ("pass", "fail") and set(v.flags) & set(policy.inconclusive_flags):
+        return Verdict("inconclusive", v.reason, v.basis, v.flags, v.diff)
+    return v
 
 
 def rows_of(result: ExecutionResult | None) -> int:

@@ -106,3 +106,32 @@ def engine_for_dialect(dialect: str) -> str:
     except KeyError:
         raise KeyError(f"unknown dialect {dialect!r}; known dialects: {sorted(DIALECTS)}") from None
 
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """Dialect semantics that change results of the same SQL on the same data (engine facts,
+    from each engine's documentation; used only to flag ambiguity, never to change a verdict).
+
+    Attributes:
+        integer_division: ``int / int`` truncates (SQLite, PostgreSQL) instead of giving an exact
+            or float quotient (MySQL, DuckDB).
+        nulls_first_asc: NULL sorts first under ``ORDER BY x ASC`` (SQLite, MySQL); PostgreSQL
+            and DuckDB put NULLs last.
+        ci_equals: ``=`` on strings ignores case under the default collation (MySQL/MariaDB).
+        ci_like: ``LIKE`` ignores (ASCII) case (SQLite, MySQL; not PostgreSQL, DuckDB).
+    """
+
+    integer_division: bool
+    nulls_first_asc: bool
+    ci_equals: bool
+    ci_like: bool
+
+
+#: Engine name -> its :class:`Semantics`.
+SEMANTICS: dict[str, Semantics] = {
+    "sqlite": Semantics(integer_division=True, nulls_first_asc=True, ci_equals=False, ci_like=True),
+    "duckdb": Semantics(integer_division=False, nulls_first_asc=False, ci_equals=False, ci_like=False),
+    "postgres": Semantics(integer_division=True, nulls_first_asc=False, ci_equals=False, ci_like=False),
+    "mysql": Semantics(integer_division=False, nulls_first_asc=True, ci_equals=True, ci_like=True),
+}

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import time
 from typing import Any
 
@@ -103,23 +102,26 @@ def _nullable_str(x: str | None) -> str | None:
 
 
 @ray.remote
-def score_batch(items: list[dict], result_refs: list, policy: dict) -> pa.Table:
-    """Score one batch of predictions.
+def score_batch(items: list[dict], result_refs: list, policy, limits: dict | None = None) -> pa.Table:
+    """Score one batch of predictions with :func:`polysql_ray.comparison.verdict.decide` (the
+    one decision path, shared with ``score_sql``).
 
     Args:
         items: row metadata per prediction: every SCORE_SCHEMA field known before execution,
-            plus ``_gold``/``_probe``/``_pred`` (indices into ``result_refs`` or None),
-            ``_shape`` (GoldShape) and ``_gen_status``/``_gold_error``.
+            plus ``_gold``/``_probe``/``_ties_probe``/``_pred`` (indices into ``result_refs`` or None),
+            ``_shape`` (GoldShape of the gold SQL that ran), ``_gen_status``/``_gold_error``,
+            ``_gold_dialect`` and ``_structural``.
         result_refs: ObjectRefs of ExecutionResults (nested, so fetched here, once each).
-        policy: the comparison policy as a mapping.
+        policy: the run's :class:`ComparisonPolicy` object (built once by the driver).
+        limits: the run's sandbox limits as a mapping (``max_bytes`` is enforced on results).
 
     Returns: an Arrow table with SCORE_SCHEMA, one row per item, same order.
     """
-    from polysql_ray.comparison.policy import ComparisonPolicy
-    from polysql_ray.comparison.result_set import compare
-    from polysql_ray.comparison.verdict import decide, rows_of
+    from polysql_ray.comparison.prepare import executed_sql
+    from polysql_ray.comparison.verdict import Pair, decide, rows_of
+    from polysql_ray.engines.registry import default_dialect
 
-    pol = ComparisonPolicy.from_config(policy)
+    lim = Limits(**limits) if limits else None
     results = ray.get(list(result_refs)) if result_refs else []
     now = dt.datetime.now(dt.timezone.utc)
     rows = []
@@ -127,13 +129,18 @@ def score_batch(items: list[dict], result_refs: list, policy: dict) -> pa.Table:
         gold = results[it["_gold"]] if it["_gold"] is not None else None
         probe = results[it["_probe"]] if it["_probe"] is not None else None
         pred = results[it["_pred"]] if it["_pred"] is not None else None
-        probe_table = probe.table if (probe is not None and probe.ok) else None
+        ties = results[it["_ties_probe"]] if it.get("_ties_probe") is not None else None
         t0 = time.perf_counter()
-        cmp_fn = functools.partial(_compare_tables, compare=compare, shape=it["_shape"], policy=pol, probe=probe_table)
         structural = it["_structural"]
-        v = decide(it["_gen_status"], gold, pred, cmp_fn, gold_error=it["_gold_error"],
-                   proven=structural == "equivalent")
+        gold_dialect = it.get("_gold_dialect") or default_dialect(it["source_engine"])
+        pred_dialect = default_dialect(it["target_engine"])
+        pair = Pair(executed_sql(it["gold_sql"], gold_dialect, policy),
+                    executed_sql(it["pred_sql"] or "", pred_dialect, policy),
+                    gold_dialect, pred_dialect, it["source_engine"], it["target_engine"])
+        v = decide(it["_gen_status"], gold, probe, pred, it["_shape"], policy, lim,
+                   gold_error=it["_gold_error"], proven=structural == "equivalent", pair=pair, ties_probe=ties)
         score_s = time.perf_counter() - t0
+        gold, pred = (lim.enforce(x) if (lim and x is not None) else x for x in (gold, pred))
         row = {k: v_ for k, v_ in it.items() if not k.startswith("_")}
         row.update(
             gold_status=(gold.status.value if gold is not None else "unavailable"),
@@ -142,7 +149,7 @@ def score_batch(items: list[dict], result_refs: list, policy: dict) -> pa.Table:
                          else "skipped" if v.basis == "proven" else ExecStatus.EMPTY.value),
             pred_error=_nullable_str(pred.error if pred is not None else None),
             correct=v.correct, verdict=v.verdict, reason=v.reason, basis=v.basis,
-            flags=",".join(dict.fromkeys((*v.flags, *it.get("_flags", ())))), policy_version=pol.version,
+            flags=",".join(dict.fromkeys((*v.flags, *it.get("_flags", ())))), policy_version=policy.version,
             structural=structural, trail=_trail(structural, pred, v),
             gold_rows=rows_of(gold), pred_rows=rows_of(pred),
             gold_exec_s=(gold.elapsed_s if gold is not None else 0.0),
@@ -161,7 +168,3 @@ def _trail(structural: str, pred, verdict) -> str:
     if pred is not None:
         parts.append(f"execution:{verdict.verdict}")
     return ">".join(parts)
-
-
-def _compare_tables(gold_table, pred_table, *, compare, shape, policy, probe):
-    return compare(gold_table, pred_table, shape, policy, probe=probe)

@@ -58,6 +58,7 @@ class Grid:
     levels: list[str]
     cells: list[Cell]
     shapes: dict = field(default_factory=dict)  # (gold_sql, dialect) -> GoldShape, parsed once per run
+    policy: Any = None  # the run's ComparisonPolicy, built once (build_grid) and passed as the object
 
 
 @dataclass
@@ -150,7 +151,7 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
                         model=m["name"], generator=m.get("generator", "?"), generator_fingerprint=fp,
                         dataset=ds, dialect=dialect, target_engine=engine_for_dialect(dialect),
                         instruction_level=level))
-    return Grid(datasets, sources, model_cfgs, generators, dialects, levels, cells)
+    return Grid(datasets, sources, model_cfgs, generators, dialects, levels, cells, policy=policy)
 
 
 # ------------------------------------------------------------------------ 2. generation
@@ -191,7 +192,9 @@ def plan_work(grid: Grid, cells: list[Cell], stored: set[str], predictions_for, 
     so a rerun of a finished sweep generates nothing.
     ``replica_location(dataset, db_id, engine) -> str | None`` gives each copy's location.
     """
+    from polysql_ray.comparison.prepare import executed_sql
     from polysql_ray.comparison.shape import analyze_gold
+    from polysql_ray.engines.registry import default_dialect
 
     shapes = grid.shapes  # planning runs twice (before/after replication): parse each gold once
     requests: dict[str, ExecRequest] = {}
@@ -217,22 +220,26 @@ def plan_work(grid: Grid, cells: list[Cell], stored: set[str], predictions_for, 
         preds = predictions_for(cell)
         for i in pending:
             ex, pred = examples[i], preds[i]
-            gold = probe = pr = None
+            gold = probe = pr = ties = None
             shape = None
             if ex.gold_error is None:
-                sk = (ex.gold_sql, ex.gold_dialect)
+                gold_sql = executed_sql(ex.gold_sql, ex.gold_dialect, grid.policy)  # policy.distinct
+                sk = (gold_sql, ex.gold_dialect)
                 if sk not in shapes:
-                    shapes[sk] = analyze_gold(ex.gold_sql, ex.gold_dialect)
+                    shapes[sk] = analyze_gold(gold_sql, ex.gold_dialect)
                 shape = shapes[sk]
                 src = ex.database
-                gold = request(ex.source_engine, src.location, ex.gold_sql, ex.db_id)
+                gold = request(ex.source_engine, src.location, gold_sql, ex.db_id)
                 if getattr(shape, "probe_sql", None):
                     probe = request(ex.source_engine, src.location, shape.probe_sql, ex.db_id)
+                if getattr(shape, "ties_probe_sql", None):
+                    ties = request(ex.source_engine, src.location, shape.ties_probe_sql, ex.db_id)
                 if pred.status is GenStatus.OK and pred.pred_sql.strip():
                     loc = replica_location(ex.dataset, ex.db_id, cell.target_engine)
                     if loc is not None:
-                        pr = request(cell.target_engine, loc, pred.pred_sql, ex.db_id)
-            items.append(WorkItem(keys[i], cell, ex, pred, gold, probe, pr, shape))
+                        pr = request(cell.target_engine, loc, executed_sql(
+                            pred.pred_sql, default_dialect(cell.target_engine), grid.policy), ex.db_id)
+            items.append(WorkItem(keys[i], cell, ex, pred, gold, probe, pr, shape, ties_probe=ties))
     return items, requests
 
 
@@ -347,7 +354,7 @@ def _engine_settings(cfg: dict, engine: str) -> dict:
 # ----------------------------------------------------------------- 5. execution and scoring
 
 def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], cfg: dict, store: ResultsStore,
-                      progress: Progress, stats: RunStats, run_id: str, policy: dict) -> None:
+                      progress: Progress, stats: RunStats, run_id: str, policy) -> None:
     """Run every unique execution once on its engine's actors and score items in Arrow
     batches as soon as their executions are done, writing each batch to the store.
 
@@ -389,6 +396,7 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
         # retried by Ray; what still fails is split into single statements below
         cls = ray.remote(ExecutionActor).options(num_cpus=float(ecfg.get("num_cpus", 0.5)),
                                                  num_gpus=float(ecfg.get("num_gpus", 0) or 0),
+                                                 resources=dict(ecfg.get("resources") or {}),
                                                  max_restarts=-1, max_task_retries=ACTOR_TASK_RETRIES)
         actors[engine] = [cls.remote(engine, _engine_settings(cfg, engine), limits,
                                      float(pcfg.get("unavailable_retry_s", 120)))
@@ -444,7 +452,8 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
             deps = sorted({d for it in batch for d in it.deps})
             index = {d: i for i, d in enumerate(deps)}
             metas = [_item_meta(it, index, run_id) for it in batch]
-            ref = score_batch.options(num_cpus=float(pcfg.get("score_num_cpus", 0.25))).remote(metas, [ref_of[d] for d in deps], policy)
+            ref = score_batch.options(num_cpus=float(pcfg.get("score_num_cpus", 0.25))).remote(
+                metas, [ref_of[d] for d in deps], policy, limits)
             score_inflight[ref] = b
 
     def exec_failed(engine: str, keys: list[str], exc: BaseException) -> list[str]:
@@ -539,8 +548,17 @@ def _count_unavailable(table, stats: RunStats) -> None:
 
 def _check_fits(cfg: dict, engines: list[str]) -> None:
     """Fail fast instead of hanging when the execution actors would reserve every CPU of the
-    cluster and leave none for a scoring task (Ray would wait forever)."""
-    total = ray.cluster_resources().get("CPU", 0.0)
+    cluster and leave none for a scoring task, or ask for a custom resource (``engines.<name>.
+    resources``) that no node has (Ray would wait forever). Errors: :class:`ConfigError`."""
+    have = ray.cluster_resources()
+    for e in engines:
+        for name, amount in dict(((cfg.get("engines") or {}).get(e) or {}).get("resources") or {}).items():
+            if float(have.get(name, 0.0)) < float(amount) - 1e-9:
+                raise ConfigError(
+                    f"engines.{e}.resources asks for {amount:g} of custom resource {name!r}, but the "
+                    f"Ray cluster has {float(have.get(name, 0.0)):g}: start a node with "
+                    f"resources={{\"{name}\": N}} or drop engines.{e}.resources")
+    total = have.get("CPU", 0.0)
     reserved = sum(max(1, int(((cfg.get("engines") or {}).get(e) or {}).get("actors", 1)))
                    * float(((cfg.get("engines") or {}).get(e) or {}).get("num_cpus", 0.5)) for e in engines)
     need = reserved + float(cfg["pipeline"].get("score_num_cpus", 0.25))
@@ -576,7 +594,9 @@ def _item_meta(it: WorkItem, index: dict[str, int], run_id: str) -> dict:
         "question_id": ex.question_id, "db_id": ex.db_id, "gold_sql": storable_text(ex.gold_sql),
         "pred_sql": storable_text(pred.pred_sql), "gen_status": GenStatus(pred.status).value,
         "_gold": index.get(it.gold), "_probe": index.get(it.probe), "_pred": index.get(it.pred),
+        "_ties_probe": index.get(it.ties_probe),
         "_shape": it.shape, "_gen_status": GenStatus(pred.status).value, "_gold_error": ex.gold_error,
+        "_gold_dialect": ex.gold_dialect,
         "_structural": it.structural, "_flags": tuple(ex.extra.get("flags", ())),
     }
 
@@ -687,7 +707,6 @@ def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[Ru
 
 
 def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_start):
-    from polysql_ray.comparison.policy import ComparisonPolicy
     from polysql_ray.pipeline.generate import GenerationStage, close_generators
     from polysql_ray.pipeline.manifest import run_manifest
     from polysql_ray.pipeline.summary import ex_table
@@ -695,8 +714,7 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
 
     grid = build_grid(cfg, conf_loader)
     stats.cells = len(grid.cells)
-    policy = ComparisonPolicy.from_config(cfg.get("policy") or {})
-    policy_map = policy.to_dict()
+    policy = grid.policy
     store.write_run(run_id, run_manifest(cfg, grid, policy), config_yaml)
     gen_stage = GenerationStage(GenerationsStore(cfg["results_dir"]))
     stats.generation = gen_stage.stats
@@ -705,6 +723,7 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
 
     t0 = time.perf_counter()
     stored = store.existing_keys([c.key for c in grid.cells])
+    stored -= _stale_clock_scores(store, [c.key for c in grid.cells])
     predictions: dict[str, list[Prediction]] = {}
 
     def predictions_for(cell: Cell) -> list[Prediction]:
@@ -723,7 +742,7 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
                 t0 = time.perf_counter()
                 # structural checks need no replica: they run while the copies are made
                 structural = StructuralJob(str(cfg["pipeline"].get("structural_check", "prove")),
-                                           int(cfg["pipeline"]["score_batch_size"])).submit(items)
+                                           int(cfg["pipeline"]["score_batch_size"]), policy).submit(items)
                 locations.update(replicate(grid, items, cfg, progress, stats))
                 stats.stage_s["replicate"] = time.perf_counter() - t0
                 # second planning pass now that replica locations are known (cheap, no generation)
@@ -738,7 +757,7 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
                 stats.stage_s["structural"] = time.perf_counter() - t0
                 requests = _count_requests(items, requests, stats)
                 t0 = time.perf_counter()
-                execute_and_score(items, requests, cfg, store, progress, stats, run_id, policy_map)
+                execute_and_score(items, requests, cfg, store, progress, stats, run_id, policy)
                 stats.stage_s["execute+score"] = time.perf_counter() - t0
     finally:
         close_generators(grid.generators)
@@ -748,6 +767,17 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
     stats.wall_s = time.perf_counter() - t_start
     table = ex_table(store, [c.key for c in grid.cells])
     return stats, table
+
+
+def _stale_clock_scores(store: ResultsStore, cell_keys: list[str]) -> set[str]:
+    """Keys of stored scores whose gold depends on the clock (flag ``time_dependent_gold``:
+    ``'now'``, ``current_date`` ...) scored on an earlier UTC date: they are scored again (the
+    newest row per key wins), so a clock-dependent gold's result is never reused across a
+    change of date."""
+    rows = store.read(columns=["key", "flags", "scored_at"], cell_keys=cell_keys).to_pylist()
+    today = dt.datetime.now(dt.timezone.utc).date()
+    return {r["key"] for r in rows if "time_dependent_gold" in (r["flags"] or "").split(",")
+            and r["scored_at"] is not None and r["scored_at"].astimezone(dt.timezone.utc).date() != today}
 
 
 def _count_requests(items: list[WorkItem], requests: dict[str, ExecRequest], stats: RunStats) -> dict[str, ExecRequest]:

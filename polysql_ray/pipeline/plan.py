@@ -76,9 +76,10 @@ class WorkItem:
     shape: object = None
     structural: str = ""        # "" (not run) | "equivalent" | "unknown: <reason>"
     deps: tuple[str, ...] = field(default=())
+    ties_probe: str | None = None  # nested ORDER BY ... LIMIT tie check of the gold (shape.py)
 
     def __post_init__(self) -> None:
-        self.deps = tuple(k for k in (self.gold, self.probe, self.pred) if k is not None)
+        self.deps = tuple(k for k in (self.gold, self.probe, self.ties_probe, self.pred) if k is not None)
 
     @property
     def proven(self) -> bool:

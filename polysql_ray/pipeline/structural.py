@@ -51,16 +51,17 @@ class StructuralJob:
     Errors: ``ValueError`` for an unknown mode.
     """
 
-    def __init__(self, mode: str, batch_size: int = 256) -> None:
+    def __init__(self, mode: str, batch_size: int = 256, policy=None) -> None:
         if mode not in MODES:
             raise ValueError(f"pipeline.structural_check must be one of {MODES}, got {mode!r}")
-        self.mode, self.batch_size = mode, batch_size
+        self.mode, self.batch_size, self.policy = mode, batch_size, policy
         self.keys: list[tuple] = []
         self.refs: list = []
         self.pair_of: dict[str, tuple] = {}
 
     def submit(self, items: list[WorkItem]) -> "StructuralJob":
         """Start checking every item whose gold can run and whose prediction has SQL."""
+        from polysql_ray.comparison.prepare import executed_sql
         from polysql_ray.engines.registry import default_dialect
 
         if self.mode == "off":
@@ -71,7 +72,12 @@ class StructuralJob:
             if it.gold is None or pred.status.value != "ok" or not pred.pred_sql.strip():
                 continue
             schema_path = ex.database.location if ex.source_engine == "sqlite" else None
-            key = (ex.gold_sql, ex.gold_dialect, pred.pred_sql, default_dialect(it.cell.target_engine), schema_path)
+            pred_dialect = default_dialect(it.cell.target_engine)
+            gold_sql, pred_sql = ex.gold_sql, pred.pred_sql
+            if self.policy is not None:  # prove what runs (policy.distinct may rewrite both)
+                gold_sql = executed_sql(gold_sql, ex.gold_dialect, self.policy)
+                pred_sql = executed_sql(pred_sql, pred_dialect, self.policy)
+            key = (gold_sql, ex.gold_dialect, pred_sql, pred_dialect, schema_path)
             self.pair_of[it.key] = key
             seen.setdefault(key, None)
         self.keys = list(seen)
@@ -101,5 +107,5 @@ class StructuralJob:
                 proven += 1
                 if self.mode == "prove":
                     it.pred = None
-                    it.deps = tuple(d for d in (it.gold, it.probe) if d is not None)
+                    it.deps = tuple(d for d in (it.gold, it.probe, it.ties_probe) if d is not None)
         return proven

@@ -4,7 +4,7 @@ It counts exactly as the statistics job and the leaderboard do: the run's rows a
 :func:`polysql_ray.statistics.load.load_scores` (one row per question and cell, the latest
 ``scored_at`` wins) and counted by :func:`polysql_ray.statistics.ex.ex_table`.
 
-One row per (model, dataset, dialect, instruction_level); :data:`LEGEND` explains every column.
+One row per (model, dataset, dialect, instruction_level); :data:`COLUMNS` explains every column.
 """
 from __future__ import annotations
 
@@ -35,10 +35,14 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("exec_errors", "exec err", "predictions that did not execute for another reason "
                                 "(syntax, schema, runtime ...)"),
     ("proven", "proven", "verdicts proven by the structural check without executing"),
+    ("inconclusive", "inconcl", "verdicts the data cannot decide (policy.inconclusive_flags, ties beyond "
+                                "the probe window); counted in n, never correct"),
+    ("ex_unflagged", "EX unflagged", "EX over the questions whose row carries no ambiguity flag "
+                                     "(README: flags), beside EX over all"),
 )
 
 _SCHEMA = pa.schema([(c, pa.string()) if c in (*CELL,) else
-                     (c, pa.float64()) if c in ("ex", "ex_all", "ex_no_timeouts") else (c, pa.int64())
+                     (c, pa.float64()) if c in ("ex", "ex_all", "ex_no_timeouts", "ex_unflagged") else (c, pa.int64())
                      for c, _, _ in COLUMNS])
 
 
@@ -75,7 +79,8 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
             "gold_errors": r["gold_errors"], "unavailable": r["unavailable"],
             "ex": _pct(r["correct"], counted), "ex_all": _pct(r["correct"], r["n_total"]),
             "timeouts": r["timeouts"], "ex_no_timeouts": _pct(r["correct"], counted - r["timeouts"]),
-            "exec_errors": r["exec_errors"], "proven": r["proven"],
+            "exec_errors": r["exec_errors"], "proven": r["proven"], "inconclusive": r["inconclusive"],
+            "ex_unflagged": _pct(r["correct_unflagged"], r["n_unflagged"]),
         })
     out.sort(key=lambda r: (r["dataset"], r["model"], r["instruction_level"], r["dialect"]))
     return pa.Table.from_pylist(out, schema=_SCHEMA)

@@ -84,8 +84,14 @@ def ex_table(
         ``exec_errors`` (counted predictions that did not execute for a reason other than a
         timeout: syntax, schema, runtime ...), ``proven`` (verdicts decided structurally),
         ``ex``, ``ex_lo``, ``ex_hi`` (fractions), ``n_no_timeout``, ``ex_no_timeout``,
-        ``ex_no_timeout_lo``, ``ex_no_timeout_hi``. EX is NaN when n == 0.
+        ``ex_no_timeout_lo``, ``ex_no_timeout_hi``; ``n_unflagged``, ``correct_unflagged``,
+        ``ex_unflagged``: the same over rows that carry no ambiguity flag
+        (:data:`polysql_ray.comparison.policy.AMBIGUITY_FLAGS`). EX is NaN when n == 0.
     """
+    from polysql_ray.comparison.policy import AMBIGUITY_FLAGS
+
+    flagged = ("regexp_matches(coalesce(flags, ''), '(^|,)(" + "|".join(AMBIGUITY_FLAGS)
+               + ")(,|$)')")
     cols = ", ".join(by)
     group = f"GROUP BY {cols} ORDER BY {cols}" if by else ""
     select = f"{cols}, " if by else ""
@@ -101,12 +107,14 @@ def ex_table(
             count(*) FILTER (WHERE NOT excluded AND verdict = 'inconclusive') AS inconclusive,
             count(*) FILTER (WHERE NOT excluded AND NOT is_pass AND NOT is_timeout
                              AND starts_with(coalesce(reason, ''), 'pred_')) AS exec_errors,
-            count(*) FILTER (WHERE basis = 'proven') AS proven
+            count(*) FILTER (WHERE basis = 'proven') AS proven,
+            count(*) FILTER (WHERE NOT excluded AND NOT {flagged}) AS n_unflagged,
+            count(*) FILTER (WHERE NOT excluded AND is_pass AND NOT {flagged}) AS correct_unflagged
         FROM {SCORES_TABLE} {group}
         """
     ).fetchall()
     names = [*by, "n_total", "gold_errors", "unavailable", "n", "correct", "timeouts", "inconclusive",
-             "exec_errors", "proven"]
+             "exec_errors", "proven", "n_unflagged", "correct_unflagged"]
     out = []
     for row in rows:
         rec = dict(zip(names, row))
@@ -117,6 +125,7 @@ def ex_table(
         rec["n_no_timeout"] = n2
         rec["ex_no_timeout"] = _ratio(k, n2)
         rec["ex_no_timeout_lo"], rec["ex_no_timeout_hi"] = proportion_ci(k, n2, alpha, ci_method)
+        rec["ex_unflagged"] = _ratio(rec["correct_unflagged"], rec["n_unflagged"])
         out.append(rec)
     return out
 
@@ -145,7 +154,7 @@ def drop_from_baseline(
         return []
     if within is None:
         known = {"n_total", "gold_errors", "unavailable", "n", "correct", "timeouts", "inconclusive",
-                 "exec_errors", "proven"}
+                 "exec_errors", "proven", "n_unflagged", "correct_unflagged"}
         within = [c for c in rows[0] if c != "dialect" and c not in known and not c.startswith("ex")
                   and c != "n_no_timeout"]
     key = lambda r: tuple(r[c] for c in within)  # noqa: E731

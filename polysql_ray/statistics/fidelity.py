@@ -158,13 +158,21 @@ def group_by_strictness(sqlite_side_sql: str, db_id: str) -> bool:
     return err is not None and ("[1055]" in err or "[1140]" in err)
 
 
-def _close(a, b, tol=1e-5) -> bool:
+def _close(a, b) -> bool:
+    """Scalar equality under the default comparison policy's tolerance (the one
+    implementation, :func:`polysql_ray.comparison.normalize.close`)."""
+    import numpy as np
+
+    from polysql_ray.comparison.normalize import close
+    from polysql_ray.comparison.policy import ComparisonPolicy
+
     if a is None or b is None:
         return a is b
     try:
-        return abs(float(a) - float(b)) <= tol + 1e-9 * max(abs(float(a)), abs(float(b)))
+        fa, fb = float(a), float(b)
     except (TypeError, ValueError):
         return a == b
+    return bool(close(np.array([fa]), np.array([fb]), ComparisonPolicy())[0])
 
 
 def avg_division_precision(mysql_sql: str, mysql_db: str, sqlite_sql: str, sqlite_path: str) -> bool:
