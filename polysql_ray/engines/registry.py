@@ -26,6 +26,8 @@ class EngineSpec:
         takes_mapping: the class takes one settings mapping (server engines: host, port,
             user, password_env ...) instead of keyword arguments.
         identifiers: how the engine resolves identifiers (``engines.identifiers``).
+        semantic: names of settings that change results (e.g. ClickHouse ``join_use_nulls``);
+            their values enter every cell key scored on the engine (:func:`engine_fingerprint`).
     """
 
     cls: str
@@ -34,6 +36,7 @@ class EngineSpec:
     settings: dict = field(default_factory=dict)
     takes_mapping: bool = False
     identifiers: IdentifierRules | None = None
+    semantic: tuple[str, ...] = ()
 
 
 #: Engine name -> spec.
@@ -46,6 +49,13 @@ ENGINES: dict[str, EngineSpec] = {
                            identifiers=IDENTIFIER_RULES["postgres"]),
     "mysql": EngineSpec("polysql_ray.engines.mysql:MySQLEngine", "mysql", False, takes_mapping=True,
                         identifiers=IDENTIFIER_RULES["mysql"]),
+    "clickhouse": EngineSpec("polysql_ray.engines.clickhouse:ClickHouseEngine", "clickhouse", True,
+                             {"join_use_nulls": 1, "max_memory_usage": 2_000_000_000, "max_threads": 1},
+                             identifiers=IDENTIFIER_RULES["clickhouse"], semantic=("join_use_nulls",)),
+    "snowflake": EngineSpec("polysql_ray.engines.snowflake:SnowflakeEngine", "snowflake", False, takes_mapping=True,
+                            identifiers=IDENTIFIER_RULES["snowflake"]),
+    "bigquery": EngineSpec("polysql_ray.engines.bigquery:BigQueryEngine", "bigquery", False, takes_mapping=True,
+                           identifiers=IDENTIFIER_RULES["bigquery"]),
 }
 
 
@@ -60,6 +70,16 @@ def engine_spec(name: str) -> EngineSpec:
 def default_dialect(name: str) -> str:
     """sqlglot dialect name of engine ``name``."""
     return engine_spec(name).dialect
+
+
+def engine_fingerprint(name: str, settings: dict | None = None) -> str:
+    """``name:k=v,...`` over the engine's result-changing settings (defaults overridden by
+    ``settings``); "" for engines that declare none (their cell keys stay as they were)."""
+    spec = engine_spec(name)
+    merged = {**spec.settings, **(settings or {})}
+    if not spec.semantic:
+        return ""
+    return f"{name}:" + ",".join(f"{k}={merged.get(k)}" for k in spec.semantic)
 
 
 def make_engine(name: str, **settings) -> Engine:

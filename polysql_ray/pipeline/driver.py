@@ -106,7 +106,7 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
     """
     from polysql_ray.comparison.policy import ComparisonPolicy
     from polysql_ray.datasets.registry import dataset_sources, load_dataset
-    from polysql_ray.engines.registry import engine_for_dialect
+    from polysql_ray.engines.registry import engine_fingerprint, engine_for_dialect
     from polysql_ray.generation.registry import make_generator
 
     sweep = cfg.get("sweep") or {}
@@ -145,7 +145,9 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
             for dialect in dialects:
                 for level in (levels if getattr(gen, "uses_prompts", False) else ["-"]):
                     cells.append(Cell(
-                        key=cell_key(m["name"], fp, ds, dialect, level, policy.fingerprint(), limits_fp),
+                        key=cell_key(m["name"], fp, ds, dialect, level, policy.fingerprint(),
+                                     limits_fp + engine_fingerprint(engine_for_dialect(dialect),
+                                                                    _engine_settings(cfg, engine_for_dialect(dialect)))),
                         model=m["name"], generator=m.get("generator", "?"), generator_fingerprint=fp,
                         dataset=ds, dialect=dialect, target_engine=engine_for_dialect(dialect),
                         instruction_level=level))

@@ -66,6 +66,9 @@ WRITERS: dict[str, str] = {
     "postgres": "polysql_ray.replication.postgres:PostgresWriter",
     "mysql": "polysql_ray.replication.mysql:MySQLWriter",
     "sqlite": "polysql_ray.replication.sqlite_writer:SqliteWriter",
+    "clickhouse": "polysql_ray.replication.clickhouse_writer:ClickHouseWriter",
+    "snowflake": "polysql_ray.replication.snowflake_writer:SnowflakeWriter",
+    "bigquery": "polysql_ray.replication.bigquery_writer:BigQueryWriter",
 }
 
 

@@ -152,12 +152,19 @@ TARGET_TYPES: dict[str, dict[str, str]] = {
     "clickhouse": {"INTEGER": "Int32", "SMALLINT": "Int16", "BIGINT": "Int64", "DOUBLE": "Float64", "VARCHAR": "String", "BLOB": "String",
                    "DECIMAL": "Decimal", "BOOLEAN": "Bool", "DATE": "Date32",
                    "TIMESTAMP": "DateTime64(6)"},
+    # Snowflake DOUBLE (= FLOAT) is an 8-byte double; NUMBER(38,0) is Snowflake's integer.
+    "snowflake": {"SMALLINT": "SMALLINT", "INTEGER": "INTEGER", "BIGINT": "NUMBER(38,0)", "DOUBLE": "DOUBLE", "VARCHAR": "VARCHAR", "BLOB": "BINARY",
+                  "DECIMAL": "NUMBER", "BOOLEAN": "BOOLEAN", "DATE": "DATE", "TIMESTAMP": "TIMESTAMP_NTZ"},
+    # BigQuery: a time zone-less TIMESTAMP is a DATETIME.
+    "bigquery": {"SMALLINT": "INT64", "INTEGER": "INT64", "BIGINT": "INT64", "DOUBLE": "FLOAT64", "VARCHAR": "STRING", "BLOB": "BYTES",
+                 "DECIMAL": "NUMERIC", "BOOLEAN": "BOOL", "DATE": "DATE", "TIMESTAMP": "DATETIME"},
 }
 
 
 #: Target engine -> type text of a VARCHAR with a declared length (``{n}``: the length).
 VARCHAR_WITH_LENGTH: dict[str, str] = {
     "postgres": "VARCHAR({n})", "mysql": "VARCHAR({n})", "duckdb": "VARCHAR", "clickhouse": "String",
+    "snowflake": "VARCHAR({n})", "bigquery": "STRING",
 }
 
 #: ``replication.types`` values.

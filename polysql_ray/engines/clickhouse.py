@@ -1,0 +1,378 @@
+"""ClickHouse engine through chdb (a real ClickHouse, in-process): read-only replica databases.
+
+Behaviour as data: :data:`SANDBOX_SETTINGS` (set on the connection), :data:`SEMANTIC_SETTINGS`
+(documented choices that change results; they enter :meth:`ClickHouseEngine.settings_fingerprint`
+and so every results-store cell key), :data:`ERROR_CODES` (ClickHouse error code -> status),
+:data:`DENIED_FUNCTIONS` and :data:`DENIED_CLAUSES`.
+
+Sandbox (ClickHouse docs "Settings: Permissions for Queries", "Restrictions on Query
+Complexity"), all set in the *connection string*, never in query text:
+
+* ``readonly=1``: no DDL/DML, no ``SET``/``SETTINGS`` clause (every setting change fails with
+  code 164 READONLY), no table functions that read or write elsewhere (``file()``, ``url()``,
+  ``s3()``, ``mysql()``, ``executable()``, ``Python()`` ...). ``mode=ro`` alone gives
+  ``readonly=2``, which still allows ``file()``.
+* ``max_execution_time`` (= ``Limits.timeout_s``; ClickHouse cancels the query itself, code
+  159 -> TIMEOUT), ``max_result_rows`` (= ``Limits.row_cap``) and ``max_result_bytes`` with
+  ``result_overflow_mode=throw`` (code 396 -> TOO_LARGE), ``max_memory_usage``.
+* Two holes ``readonly=1`` leaves open in chdb 4.x / ClickHouse 26.9, closed before execution:
+  the *scalar* function ``file(path)`` reads any local file, and ``SELECT ... INTO OUTFILE``
+  writes one (chdb implements the client-side clause in-process). :func:`sandbox_refusal`
+  refuses both on sqlglot tokens (so a backquoted ``\\`file\\`(...)`` or a comment between
+  ``INTO`` and ``OUTFILE`` is caught too) -> REJECTED.
+* Exactly one SELECT/WITH statement (:mod:`~polysql_ray.engines.guard`).
+
+One data path per process (chdb's embedded server is a process-wide singleton; a second
+process cannot open a path another holds: ``Cannot lock file .../status``). So every process
+(an execution actor, a replication task, the test process) gets its own private data path
+(:func:`process_data_path`, a temp folder removed at exit) and holds every replica it uses as
+one *database* under it. A replica's durable form, built and verified by
+:mod:`polysql_ray.replication.clickhouse_writer`, is a folder (``location``) with
+``replica.json`` (ClickHouse DDL per table, content id) and one Arrow IPC file per table;
+:func:`load_replica` loads it into this process's server through a *writable* connection that
+never sees model SQL. Model SQL runs on a separate ``readonly=1`` connection after a trusted
+``USE <database>``.
+
+Results: ClickHouse's own Arrow output (Decimal -> decimal128, Date32 -> date32, DateTime64 ->
+timestamp with the session time zone UTC, Nullable -> nullable). A String column holding
+bytes that are not UTF-8 (a copied BLOB) comes back as binary. Duplicate column names are
+renamed by ClickHouse (``b.id``); comparison is positional.
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
+
+S = ExecStatus
+
+#: Connection settings of the model-SQL connection (plus the per-query limits).
+SANDBOX_SETTINGS: dict[str, object] = {
+    "readonly": 1,
+    "result_overflow_mode": "throw",
+    "timeout_overflow_mode": "throw",
+    "session_timezone": "UTC",
+}
+
+#: Settings that change results; each is a documented choice recorded in every cell key
+#: (``engines.registry.ENGINES["clickhouse"].semantic`` -> ``engine_fingerprint``).
+#: ``join_use_nulls=1``: outer joins fill missing sides with NULL as standard SQL does
+#: (ClickHouse's default 0 fills 0 / '' / 1970-01-01, which turns SQLite-correct
+#: ``LEFT JOIN ... WHERE x IS NULL`` into a wrong answer). Columns become Nullable on the
+#: outer side, exactly like the other engines.
+SEMANTIC_SETTINGS: dict[str, object] = {"join_use_nulls": 1}
+
+#: Connection settings of the trusted loader connection.
+LOADER_SETTINGS: dict[str, object] = {"session_timezone": "UTC"}
+
+#: Table engine of every replica table: insertion order kept (no sort key), no keys enforced
+#: (ClickHouse has no UNIQUE/FOREIGN KEY constraints; a MergeTree PRIMARY KEY is a sort key).
+TABLE_ENGINE = "MergeTree ORDER BY tuple()"
+
+#: ClickHouse error code (``Code: N.`` in the message; src/Common/ErrorCodes.cpp) -> status.
+ERROR_CODES: dict[int, ExecStatus] = {
+    62: S.SYNTAX,      # SYNTAX_ERROR
+    46: S.SYNTAX,      # UNKNOWN_FUNCTION (the dialect lacks it)
+    42: S.SYNTAX,      # NUMBER_OF_ARGUMENTS_DOESNT_MATCH
+    1: S.SYNTAX,       # UNSUPPORTED_METHOD
+    43: S.SYNTAX,      # ILLEGAL_TYPE_OF_ARGUMENT: no overload for these argument types (as
+                       # PostgreSQL 42883 and DuckDB "No function matches": the dialect refuses)
+    215: S.SYNTAX,     # NOT_AN_AGGREGATE (GROUP BY strictness)
+    184: S.SYNTAX,     # ILLEGAL_AGGREGATION
+    403: S.SYNTAX,     # INVALID_JOIN_ON_EXPRESSION
+    179: S.SYNTAX,     # MULTIPLE_EXPRESSIONS_FOR_ALIAS
+    47: S.SCHEMA,      # UNKNOWN_IDENTIFIER (column)
+    60: S.SCHEMA,      # UNKNOWN_TABLE
+    81: S.SCHEMA,      # UNKNOWN_DATABASE (qualified name of a missing database)
+    16: S.SCHEMA,      # NO_SUCH_COLUMN_IN_TABLE
+    10: S.SCHEMA,      # NOT_FOUND_COLUMN_IN_BLOCK
+    207: S.SCHEMA,     # AMBIGUOUS_IDENTIFIER
+    352: S.SCHEMA,     # AMBIGUOUS_COLUMN_NAME
+    159: S.TIMEOUT,    # TIMEOUT_EXCEEDED (max_execution_time)
+    394: S.TIMEOUT,    # QUERY_WAS_CANCELLED
+    396: S.TOO_LARGE,  # TOO_MANY_ROWS_OR_BYTES (max_result_rows / max_result_bytes)
+    158: S.TOO_LARGE,  # TOO_MANY_ROWS
+    164: S.REJECTED,   # READONLY (DDL/DML, settings, file()/url()/... table functions)
+    497: S.REJECTED,   # ACCESS_DENIED
+    291: S.REJECTED,   # DATABASE_ACCESS_DENIED
+    801: S.REJECTED,   # PY_OBJECT_NOT_FOUND (Python() table function)
+    701: S.REJECTED,   # CLUSTER_DOESNT_EXIST (cluster()/urlCluster()/fileCluster())
+    477: S.REJECTED,   # INVALID_USAGE_OF_INPUT (input())
+    76: S.UNAVAILABLE,  # CANNOT_OPEN_FILE (data path locked by another process)
+}
+
+#: Everything else is a runtime error (comparison type errors 53/386 as DuckDB's "Cannot
+#: compare", parse of values 6/27/38/41/72,
+#: division 153, memory limit 241, scalar subquery 125 ...).
+DEFAULT_STATUS = S.RUNTIME
+
+#: Scalar functions refused before execution (``readonly=1`` does not stop them): local file
+#: reads and host/server facts. Compared lower-case.
+DENIED_FUNCTIONS: frozenset[str] = frozenset({
+    "file", "filesystemavailable", "filesystemcapacity", "filesystemunreserved",
+    "getserversetting", "getmacro", "getoskernelversion", "hostname", "fullhostname",
+    "getclienthttpheader", "getserverport",
+})
+
+#: Word sequences (upper case) refused anywhere in the statement: INTO OUTFILE writes a file.
+DENIED_CLAUSES: tuple[tuple[str, ...], ...] = (("INTO", "OUTFILE"),)
+
+_CODE = re.compile(r"Code:\s*(\d+)")
+_DENIED_TEXT = re.compile(
+    r"(?i)(?<![\w.])[`\"]?(" + "|".join(sorted(DENIED_FUNCTIONS)) + r")[`\"]?\s*\(|\bINTO\s+OUTFILE\b")
+
+
+def classify_error(message: str) -> ExecStatus:
+    """Status of a ClickHouse error from the ``Code: N`` in its message (:data:`ERROR_CODES`)."""
+    m = _CODE.search(message or "")
+    return ERROR_CODES.get(int(m.group(1)), DEFAULT_STATUS) if m else DEFAULT_STATUS
+
+
+def sandbox_refusal(sql: str) -> str | None:
+    """Why ``sql`` must not reach ClickHouse (a denied function call or clause), else None.
+
+    Checked on sqlglot's ClickHouse tokens (comments and quoting cannot hide a call); when
+    the tokenizer fails, on the raw text (conservative)."""
+    from sqlglot.dialects.dialect import Dialect
+    from sqlglot.tokens import TokenType
+
+    try:
+        toks = Dialect.get_or_raise("clickhouse").tokenize(sql)
+    except Exception:
+        m = _DENIED_TEXT.search(sql)
+        return f"{m.group(0).strip()!r} is not allowed in the sandbox" if m else None
+    for i, tok in enumerate(toks):
+        nxt = toks[i + 1] if i + 1 < len(toks) else None
+        if (tok.token_type != TokenType.STRING and tok.text.lower() in DENIED_FUNCTIONS
+                and nxt is not None and nxt.token_type == TokenType.L_PAREN):
+            return f"function {tok.text}() is not allowed in the sandbox (reads local files/host facts)"
+        for clause in DENIED_CLAUSES:
+            words = [t.text.upper() for t in toks[i:i + len(clause)] if t.token_type != TokenType.STRING]
+            if tuple(words) == clause:
+                return f"{' '.join(clause)} is not allowed in the sandbox (writes a file)"
+    return None
+
+
+def connection_string(path: str, settings: dict[str, object]) -> str:
+    """``file:<path>?k=v&...`` for ``chdb.connect`` (settings in the URL apply to the session)."""
+    return f"file:{path}?" + "&".join(f"{k}={v}" for k, v in settings.items())
+
+
+# ---------------------------------------------------------------- one data path per process
+
+_PROCESS: dict[str, object] = {"path": None, "loader": None, "loaded": {}}
+_PROCESS_LOCK = threading.RLock()
+
+
+def process_data_path(root: str | None = None) -> str:
+    """This process's private chdb data path (created once, removed at exit).
+
+    Args:
+        root: parent folder (default: the system temp folder). Only the first call's root
+            counts: chdb allows one data path per process.
+    """
+    with _PROCESS_LOCK:
+        if _PROCESS["path"] is None:
+            remove_orphaned_paths(root)
+            path = tempfile.mkdtemp(prefix=f"polysql-chdb-{os.getpid()}-", dir=root)
+            _PROCESS["path"] = path
+            atexit.register(shutil.rmtree, path, True)
+        return str(_PROCESS["path"])
+
+
+def remove_orphaned_paths(root: str | None = None) -> list[str]:
+    """Delete ``polysql-chdb-<pid>-*`` data paths under ``root`` whose process is gone (a Ray
+    worker killed at shutdown never runs its exit hook). Assumes ``root`` is not shared with
+    processes in another PID namespace. Returns the paths removed."""
+    removed = []
+    for p in Path(root or tempfile.gettempdir()).glob("polysql-chdb-*-*"):
+        try:
+            pid = int(p.name.split("-")[2])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(str(p))
+        except (ValueError, IndexError, PermissionError):
+            continue  # not ours to judge / process alive under another user
+    return removed
+
+
+def _loader():
+    """The trusted writable connection of this process (never runs model SQL)."""
+    import chdb
+
+    with _PROCESS_LOCK:
+        if _PROCESS["loader"] is None:
+            _PROCESS["loader"] = chdb.connect(connection_string(process_data_path(), LOADER_SETTINGS))
+        return _PROCESS["loader"]
+
+
+def quote(name: str) -> str:
+    """Backquote a ClickHouse identifier (backslash and backquote escaped)."""
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def read_replica_spec(location: str) -> dict:
+    """The ``replica.json`` of a replica folder. Raises FileNotFoundError / ValueError."""
+    return json.loads((Path(location) / "replica.json").read_text())
+
+
+def load_replica(location: str, spec: dict | None = None) -> str:
+    """Load the replica folder ``location`` into this process's server; returns its database.
+
+    Idempotent per content (the database is ``r_<content id>``, so a rebuilt replica loads
+    anew). Row counts are checked against ``replica.json``. Raises RuntimeError on failure.
+    """
+    spec = spec or read_replica_spec(location)
+    db = "r_" + spec["content_id"][:24]
+    with _PROCESS_LOCK:
+        if db in _PROCESS["loaded"]:
+            return db
+        con = _loader()
+        con.query(f"DROP DATABASE IF EXISTS {quote(db)}")
+        con.query(f"CREATE DATABASE {quote(db)}")
+        try:
+            for t in spec["tables"]:
+                cols = ", ".join(f"{quote(c)} {ty}" for c, ty in t["columns"])
+                target = f"{quote(db)}.{quote(t['name'])}"
+                con.query(f"CREATE TABLE {target} ({cols}) ENGINE = {spec['table_engine']}")
+                data = str(Path(location) / t["file"])
+                con.query(f"INSERT INTO {target} SELECT * FROM file({_literal(data)}, 'Arrow')")
+                n = int(con.query(f"SELECT count() FROM {target}", "CSV").bytes().decode().strip())
+                if n != t["rows"]:
+                    raise RuntimeError(f"table {t['name']!r}: loaded {n} rows, replica.json says {t['rows']}")
+        except BaseException:
+            con.query(f"DROP DATABASE IF EXISTS {quote(db)}")
+            raise
+        _PROCESS["loaded"][db] = location
+        return db
+
+
+def drop_loaded(db: str) -> None:
+    """Drop a database :func:`load_replica` created in this process (no error when absent)."""
+    with _PROCESS_LOCK:
+        if _PROCESS["loader"] is not None:
+            _PROCESS["loader"].query(f"DROP DATABASE IF EXISTS {quote(db)}")
+        _PROCESS["loaded"].pop(db, None)
+
+
+def arrow_result(payload: bytes) -> pa.Table:
+    """Decode ClickHouse ``Arrow`` output; String columns that are not valid UTF-8 (bytes of
+    a copied BLOB) become binary so no value is lost or mis-decoded."""
+    table = pa.ipc.open_file(pa.BufferReader(payload)).read_all()
+    for i, field in enumerate(table.schema):
+        if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+            try:
+                table.column(i).validate(full=True)
+            except pa.ArrowInvalid:
+                binary = pa.large_binary() if pa.types.is_large_string(field.type) else pa.binary()
+                table = table.set_column(i, pa.field(field.name, binary, field.nullable),
+                                         table.column(i).cast(binary))
+    return table
+
+
+class ClickHouseEngine:
+    """:class:`~polysql_ray.engines.base.Engine` for ClickHouse replicas in chdb.
+
+    Args:
+        join_use_nulls: see :data:`SEMANTIC_SETTINGS` (1: standard SQL outer-join NULLs).
+        max_memory_usage: bytes one query may use (ClickHouse setting; over it -> RUNTIME).
+        max_threads: ClickHouse threads per query (1: parallelism comes from actors).
+
+    ``location`` is a replica folder (``Replica.location``).
+    """
+
+    name = "clickhouse"
+    dialect = "clickhouse"
+
+    def __init__(self, join_use_nulls: int = 1, max_memory_usage: int = 2_000_000_000,
+                 max_threads: int = 1):
+        self.semantic = {**SEMANTIC_SETTINGS, "join_use_nulls": int(join_use_nulls)}
+        self.resources = {"max_memory_usage": int(max_memory_usage), "max_threads": int(max_threads)}
+        self._readers: dict[tuple, object] = {}
+        self._lock = threading.Lock()
+
+    def _reader(self, limits: Limits):
+        import chdb
+
+        key = (limits.timeout_s, limits.row_cap, limits.max_bytes)
+        con = self._readers.get(key)
+        if con is None:
+            settings = {**SANDBOX_SETTINGS, **self.semantic, **self.resources,
+                        "max_execution_time": f"{limits.timeout_s:g}",
+                        "max_result_rows": limits.row_cap, "max_result_bytes": limits.max_bytes}
+            con = chdb.connect(connection_string(process_data_path(), settings))
+            self._readers[key] = con
+        return con
+
+    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        """Run one untrusted statement read-only (see module docstring). Never raises."""
+        from polysql_ray.engines.guard import check_statement
+
+        t0 = time.perf_counter()
+        verdict = check_statement(sql, self.dialect)
+        if verdict.action == "empty":
+            return ExecutionResult.failure(S.EMPTY, verdict.message)
+        if verdict.action == "reject":
+            return ExecutionResult.failure(S.REJECTED, verdict.message)
+        why = sandbox_refusal(sql)
+        if why is not None:
+            return ExecutionResult.failure(S.REJECTED, why)
+        try:
+            spec = read_replica_spec(location)
+        except (OSError, ValueError) as e:
+            return ExecutionResult.failure(S.UNAVAILABLE, f"replica not found: {location} ({e})")
+        with self._lock:
+            try:
+                db = load_replica(location, spec)
+                con = self._reader(limits)
+                con.query(f"USE {quote(db)}")  # trusted; model SQL can never run USE (guard)
+            except Exception as e:
+                return ExecutionResult.failure(S.UNAVAILABLE, f"cannot open replica {location}: {e}",
+                                               time.perf_counter() - t0)
+            try:
+                payload = con.query(sql, "Arrow").bytes()
+            except Exception as e:
+                msg = str(e)
+                status = classify_error(msg)
+                if status is S.TIMEOUT:
+                    msg = f"interrupted after {limits.timeout_s}s: {msg}"
+                return ExecutionResult.failure(status, msg, time.perf_counter() - t0)
+            try:
+                table = arrow_result(payload)
+            except Exception as e:  # a FORMAT clause chose another output format
+                return ExecutionResult.failure(
+                    S.REJECTED, f"result is not Arrow ({type(e).__name__}: {e}); the sandbox returns "
+                    f"results as Arrow only (no FORMAT clause)", time.perf_counter() - t0)
+        return ExecutionResult(S.OK, table, None, time.perf_counter() - t0)
+
+    def close(self) -> None:
+        """Close the model-SQL connections (loaded databases stay until the process exits)."""
+        with self._lock:
+            for con in self._readers.values():
+                try:
+                    con.close()
+                except Exception:
+                    pass
+            self._readers.clear()
+
+
+def content_id(files: dict[str, str], tables: list[dict], table_engine: str) -> str:
+    """sha256 over the DDL and the data files' sha256 (names a loaded database)."""
+    h = hashlib.sha256(json.dumps([tables, table_engine, sorted(files.items())], sort_keys=True).encode())
+    return h.hexdigest()

@@ -1,0 +1,218 @@
+"""Snowflake engine through snowflake-connector-python: one schema per (dataset, db_id).
+
+Behaviour as data: :data:`DEFAULTS` (account, warehouse, role, database; secrets only as
+``*_env``/``*_file``), :data:`ERRNO_STATUS` / :data:`SQLSTATE_STATUS` (Snowflake error number
+and SQLSTATE class -> status), :data:`DENIED_FUNCTIONS`, :data:`SESSION_PARAMETERS`.
+
+Sandbox (Snowflake docs "Parameters", "Access control"):
+
+* the reader role (``role``) is least-privilege: USAGE on the database, warehouse and the
+  replica schemas, SELECT on their tables, nothing else (granted by the replication writer
+  when ``role`` is set; creating the role is an administrator's job, see README);
+* ``STATEMENT_TIMEOUT_IN_SECONDS`` = ``Limits.timeout_s`` as a session parameter set at
+  connect time (the server cancels, error 630 -> TIMEOUT); the model cannot change it (one
+  SELECT/WITH statement only, :mod:`~polysql_ray.engines.guard`); a client-side read
+  timeout ``timeout_s + grace`` backs it up;
+* row cap: ``fetchmany(row_cap + 1)``.
+
+Names: unquoted identifiers resolve upper case. The replica stores folded names where the
+source resolves names case-insensitively (``engines.identifiers.replica_name_for``), so
+``select name from singer`` resolves like on SQLite; the schema itself is ``PQ_<DATASET>_<DB_ID>``
+upper case.
+
+Stand-in: tests run against fakesnow in server mode (DuckDB underneath). It cannot show
+identifier case, NUMBER scales, timeouts, roles or read-only, and it reads local files.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
+from polysql_ray.engines.servers import LiveStopwatch as Stopwatch
+from polysql_ray.engines.servers import ConnectionPool, ServerSettings, classify, rows_to_arrow
+
+S = ExecStatus
+
+#: Default settings (conf/engine/snowflake.yaml mirrors them). ``extra`` keys: account,
+#: warehouse, role, admin_role, protocol.
+DEFAULTS: dict[str, Any] = dict(host=None, port=443, user="POLYSQL_READER", admin_user="POLYSQL_ADMIN",
+                                database="POLYSQL", pool_size=2, connect_timeout_s=30,
+                                password_env="POLYSQL_SF_READER_PASSWORD",
+                                admin_password_env="POLYSQL_SF_ADMIN_PASSWORD")
+
+#: Session parameters set at connect (beyond the statement timeout).
+SESSION_PARAMETERS: dict[str, Any] = {"QUERY_TAG": "polysql_ray", "TIMEZONE": "UTC",
+                                      "ABORT_DETACHED_QUERY": True}
+
+#: Seconds the client waits beyond the statement timeout before it gives up itself.
+CLIENT_GRACE_S = 10.0
+
+#: Snowflake error number (``errno``) -> status.
+ERRNO_STATUS: dict[int, ExecStatus] = {
+    1003: S.SYNTAX,      # SQL compilation error: syntax error / unexpected token
+    2140: S.SYNTAX,      # unknown function
+    2141: S.SYNTAX,      # unknown user-defined function
+    979: S.SYNTAX,       # not a valid group by expression
+    904: S.SCHEMA,       # invalid identifier (column)
+    2003: S.SCHEMA,      # object does not exist or not authorized
+    2043: S.SCHEMA,      # object does not exist / operation cannot be performed
+    630: S.TIMEOUT,      # statement reached its statement or warehouse timeout
+    604: S.TIMEOUT,      # statement canceled
+    3001: S.REJECTED,    # insufficient privileges
+    3540: S.REJECTED,    # operation not allowed in read-only
+    100038: S.RUNTIME,   # numeric value is not recognized
+    100051: S.RUNTIME,   # division by zero
+    250001: S.UNAVAILABLE,  # could not connect
+    250003: S.UNAVAILABLE,  # failed to execute request (network)
+    390100: S.UNAVAILABLE,  # incorrect username or password
+    390144: S.UNAVAILABLE,  # JWT token invalid
+}
+
+#: SQLSTATE prefix -> status, when the error number is not in :data:`ERRNO_STATUS`.
+SQLSTATE_STATUS: dict[str, ExecStatus] = {
+    "42601": S.SYNTAX, "42000": S.SYNTAX, "42S02": S.SCHEMA, "42S22": S.SCHEMA, "02000": S.SCHEMA,
+    "42501": S.REJECTED, "57014": S.TIMEOUT, "22": S.RUNTIME, "08": S.UNAVAILABLE, "28": S.UNAVAILABLE,
+}
+
+#: Snowflake type code (cursor description) -> Arrow type for columns without a value.
+TYPE_CODE_ARROW: dict[int, pa.DataType] = {
+    0: pa.decimal128(38, 0), 1: pa.float64(), 2: pa.string(), 3: pa.date32(),
+    4: pa.timestamp("us"), 8: pa.timestamp("us"), 6: pa.timestamp("us", tz="UTC"),
+    7: pa.timestamp("us", tz="UTC"), 11: pa.binary(), 13: pa.bool_(),
+}
+
+#: Functions refused before execution: stage/file access and, for DuckDB-backed stand-ins,
+#: DuckDB's file readers (not Snowflake functions; a real Snowflake says "unknown function").
+DENIED_FUNCTIONS: frozenset[str] = frozenset({
+    "read_csv", "read_csv_auto", "read_text", "read_blob", "read_parquet", "read_json",
+    "read_json_auto", "read_ndjson", "parquet_scan", "glob", "get_presigned_url",
+    "build_scoped_file_url", "build_stage_file_url", "system$get_privatelink_config",
+})
+
+
+#: (message regex, status) checked first: causes one error number covers. Snowflake reports
+#: GROUP BY strictness as 979, fakesnow (DuckDB binder) as 2043 with this message.
+MESSAGE_STATUS: tuple[tuple[str, ExecStatus], ...] = (
+    (r"must appear in the GROUP BY|not a valid group by expression", S.SYNTAX),
+)
+
+
+def classify_error(errno: int | None, sqlstate: str | None, message: str = "") -> ExecStatus:
+    """Status of a Snowflake error: :data:`MESSAGE_STATUS`, then the error number, then the
+    SQLSTATE prefix, else RUNTIME."""
+    import re
+
+    for pattern, status in MESSAGE_STATUS:
+        if re.search(pattern, message or "", flags=re.IGNORECASE):
+            return status
+    if errno in ERRNO_STATUS:
+        return ERRNO_STATUS[errno]
+    return classify(sqlstate, {}, SQLSTATE_STATUS, S.RUNTIME)
+
+
+def schema_name(dataset: str, db_id: str, tag: str = "") -> str:
+    """Replica schema ``PQ_<DATASET>_<DB_ID>[_<TAG>]`` (upper case: resolves unquoted)."""
+    from polysql_ray.engines.servers import replica_name
+
+    return replica_name(dataset, db_id, tag=tag).upper()
+
+
+def connect(settings: ServerSettings, admin: bool = False, timeout_s: float | None = None):
+    """Open a connector connection (reader role unless ``admin``). Raises connector errors."""
+    import snowflake.connector as sc
+
+    x = settings.extra
+    kw: dict[str, Any] = dict(
+        user=settings.admin_user if admin else settings.user,
+        account=x.get("account", "polysql"), database=settings.database,
+        login_timeout=settings.connect_timeout_s, application="polysql_ray",
+        session_parameters={**SESSION_PARAMETERS,
+                            **({"STATEMENT_TIMEOUT_IN_SECONDS": max(1, int(round(timeout_s)))}
+                               if timeout_s else {})})
+    if timeout_s:
+        kw["network_timeout"] = timeout_s + CLIENT_GRACE_S
+    if settings.host:
+        kw.update(host=settings.host, port=settings.port, protocol=x.get("protocol", "https"))
+    role = x.get("admin_role") if admin else x.get("role")
+    for k, v in (("role", role), ("warehouse", x.get("warehouse"))):
+        if v:
+            kw[k] = v
+    pw = settings.admin_password() if admin else settings.reader_password()
+    if pw is not None:
+        kw["password"] = pw
+    if x.get("authenticator"):
+        kw["authenticator"] = x["authenticator"]
+    return sc.connect(**kw)
+
+
+class SnowflakeEngine:
+    """Snowflake engine (``dialect = "snowflake"``); ``location`` is the replica schema name.
+
+    Args:
+        settings: :class:`ServerSettings` or a config dict (``DEFAULTS`` fill the gaps).
+    """
+
+    name = "snowflake"
+    dialect = "snowflake"
+
+    def __init__(self, settings: ServerSettings | dict | None = None) -> None:
+        if not isinstance(settings, ServerSettings):
+            settings = ServerSettings.from_dict(settings, **DEFAULTS)
+        self.settings = settings
+        self._pools: dict[float, ConnectionPool] = {}
+
+    def _pool(self, timeout_s: float) -> ConnectionPool:
+        pool = self._pools.get(timeout_s)
+        if pool is None:
+            pool = ConnectionPool(lambda: connect(self.settings, timeout_s=timeout_s),
+                                  lambda c: c.close(), self.settings.pool_size)
+            self._pools[timeout_s] = pool
+        return pool
+
+    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        """Run one untrusted statement in schema ``location``. Never raises."""
+        from polysql_ray.engines.servers import precheck
+
+        with Stopwatch() as sw:
+            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS)
+        if refusal is not None:
+            return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
+        import snowflake.connector.errors as sfe
+
+        with Stopwatch() as sw:
+            try:
+                with self._pool(limits.timeout_s).acquire() as lease:
+                    cur = lease.conn.cursor()
+                    try:
+                        cur.execute(f'USE SCHEMA "{self.settings.database}"."{location}"')
+                    except sfe.Error as e:
+                        return ExecutionResult.failure(S.UNAVAILABLE, f"replica schema {location!r}: {e}", sw.now())
+                    try:
+                        cur.execute(sql)
+                        rows = cur.fetchmany(limits.row_cap + 1)
+                    except sfe.OperationalError as e:
+                        lease.discard()
+                        if sw.now() >= limits.timeout_s and e.errno == 250003:
+                            return ExecutionResult.failure(
+                                S.TIMEOUT, f"client gave up after {sw.now():.1f}s (the server did not "
+                                f"enforce STATEMENT_TIMEOUT_IN_SECONDS={limits.timeout_s:g}): {e}", sw.now())
+                        return ExecutionResult.failure(classify_error(e.errno, e.sqlstate, str(e)), str(e), sw.now())
+                    except sfe.Error as e:
+                        return ExecutionResult.failure(classify_error(e.errno, e.sqlstate, str(e)),
+                                                       f"[{e.errno}] {e}", sw.now())
+                    if len(rows) > limits.row_cap:
+                        return ExecutionResult.failure(S.TOO_LARGE, f"more than {limits.row_cap} rows",
+                                                       sw.now())
+                    desc = cur.description or []
+                    table = rows_to_arrow([d.name for d in desc], [tuple(r) for r in rows],
+                                          [TYPE_CODE_ARROW.get(d.type_code, pa.null()) for d in desc])
+                    return ExecutionResult(S.OK, table, None, sw.now())
+            except (sfe.Error, TimeoutError, OSError) as e:  # could not connect
+                return ExecutionResult.failure(S.UNAVAILABLE, f"snowflake unreachable: {e}", sw.now())
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        for pool in self._pools.values():
+            pool.close()

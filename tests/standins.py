@@ -1,0 +1,91 @@
+"""Stand-in servers for warehouse engines, each in its own virtual environment (not a conftest).
+
+fakesnow (Snowflake stand-in) pins an older sqlglot than this project, so it lives in its own
+venv, ``<repo>/.venv-fakesnow`` (``.ci/run`` creates it; ``POLYSQL_FAKESNOW_VENV`` overrides),
+and runs as a loopback HTTP server process started here. bqemulator (BigQuery stand-in) lives
+in ``<repo>/.venv-bqemulator`` (``POLYSQL_BQEMULATOR_VENV``); it insists on downloading DuckDB's
+spatial extension at start (no network here), so :data:`BQEMULATOR_LAUNCH` starts it with that
+step replaced by a no-op (GEOGRAPHY is then unavailable; no benchmark uses it). Without the venv the calling tests
+skip with the command that creates it, or fail when ``POLYSQL_REQUIRE_STANDINS=1`` (CI).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: stand-in name -> (venv env var, default venv folder, console script, creation command)
+STANDINS = {
+    "fakesnow": ("POLYSQL_FAKESNOW_VENV", REPO / ".venv-fakesnow", "fakesnow",
+                 "python3 -m venv .venv-fakesnow && .venv-fakesnow/bin/pip install "
+                 "'fakesnow[server]==0.12.*' 'snowflake-connector-python==4.8.*'"),
+    "bqemulator": ("POLYSQL_BQEMULATOR_VENV", REPO / ".venv-bqemulator", "python",
+                   "python3 -m venv .venv-bqemulator && .venv-bqemulator/bin/pip install 'bqemulator==1.4.*' numpy"),
+}
+
+#: Python run by the bqemulator venv: skip the spatial-extension download, then the CLI.
+BQEMULATOR_LAUNCH = ("import sys; import bqemulator.storage.engine as e; "
+                     "e.DuckDBEngine._load_spatial = lambda self: None; "
+                     "from bqemulator.cli import main; sys.argv[0] = 'bqemulator'; sys.exit(main())")
+
+
+def standin_executable(name: str) -> Path:
+    """The stand-in's console script; skips (or fails under POLYSQL_REQUIRE_STANDINS=1)."""
+    env, default, script, how = STANDINS[name]
+    exe = Path(os.environ.get(env, default)) / "bin" / script
+    if not exe.exists():
+        msg = f"{name} stand-in not installed at {exe}; create it with: {how}"
+        if os.environ.get("POLYSQL_REQUIRE_STANDINS") == "1":
+            pytest.fail(msg + " (POLYSQL_REQUIRE_STANDINS=1)", pytrace=False)
+        pytest.skip(msg)
+    return exe
+
+
+def free_port() -> int:
+    """A free loopback TCP port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fakesnow_server(wait_s: float = 60.0):
+    """Start ``fakesnow -s`` on a free loopback port; yields ``(host, port)``; stops it after."""
+    port = free_port()
+    return _serve([str(standin_executable("fakesnow")), "-s", "--host", "127.0.0.1", "-p", str(port)],
+                  port, "fakesnow", wait_s)
+
+
+def bqemulator_server(wait_s: float = 120.0):
+    """Start bqemulator (REST only, ephemeral) on a free loopback port; yields ``(host, port)``."""
+    port = free_port()
+    return _serve([str(standin_executable("bqemulator")), "-c", BQEMULATOR_LAUNCH, "start",
+                   "--rest-host", "127.0.0.1", "--rest-port", str(port), "--grpc-port", "0",
+                   "--project", "polysql", "--log-level", "error"], port, "bqemulator", wait_s)
+
+
+@contextlib.contextmanager
+def _serve(argv: list[str], port: int, name: str, wait_s: float):
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+                pytest.fail(f"{name} did not start on 127.0.0.1:{port}: {err}", pytrace=False)
+            time.sleep(0.2)
+        yield "127.0.0.1", port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
