@@ -65,3 +65,21 @@ def test_quickstart_models_match_the_readme():
     assert names == ["gold", "rewritten", "flawed"]
     for n in names:
         assert f"`{n}`" in section, n
+
+
+def test_run_ex_table_is_split_to_fit_100_columns(tmp_path):
+    """The end-of-run EX table splits column-wise at 100 columns (each part repeats the cell
+    columns) instead of squeezing numbers into ellipses."""
+    from rich.console import Console
+
+    from polysql_ray.pipeline.summary import ex_table, render
+    from polysql_ray.statistics.synthetic import score_row, write_store
+
+    write_store(tmp_path, [score_row("a_rather_long_model_name", "spider", "postgres", "-", f"q{i}",
+                                     "pass" if i % 3 else "values") for i in range(30)])
+    console = Console(width=100, record=True)
+    render(ex_table(tmp_path), console)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert text.count("a_rather_long_model_name") >= 2          # the cell columns repeat per part
+    assert "66.67" in text and "…" not in text                   # 20/30 in full, nothing cut

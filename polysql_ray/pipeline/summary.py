@@ -109,15 +109,15 @@ def legend_lines(table: pa.Table) -> list[str]:
 
 
 def render(table: pa.Table, console, title: str = "Execution accuracy (EX, %)") -> None:
-    """Print the EX table with rich, and its legend under it."""
-    from rich.table import Table
+    """Print the EX table with rich, split column-wise to fit the console (each part repeats
+    the cell columns, as the statistics job's tables do), and its legend under it."""
+    from polysql_ray.reporting.console import view_tables
+    from polysql_ray.reporting.views import Column, View
 
-    headers = {c: h for c, h, _ in COLUMNS}
-    t = Table(title=title)
-    for name in table.column_names:
-        t.add_column(headers.get(name, name), justify="left" if name in CELL else "right", no_wrap=True)
-    for row in table.to_pylist():
-        t.add_row(*["" if v is None else str(v) for v in row.values()])
-    console.print(t)
+    cols = tuple(Column(h, c, "text" if c in CELL else "int") for c, h, _ in COLUMNS
+                 if c in table.column_names)
+    rows = tuple(table.to_pylist())
+    for t in view_tables(View("ex", title, "", cols, rows), console.width):
+        console.print(t)
     for line in legend_lines(table):
         console.print(f"  {line}", highlight=False, soft_wrap=False)
