@@ -86,8 +86,9 @@ def redacted_yaml(cfg) -> str:
 def validate(cfg: dict) -> None:
     """Fail before any work with one line naming the key to fix.
 
-    Checks ``limits.*`` (positive, finite) and ``pipeline.structural_check`` (one of the
-    modes). Raises ``ConfigError`` (a ValueError).
+    Checks ``limits.*`` (positive, finite), ``pipeline.structural_check`` (one of the modes),
+    ``engines.*.actors`` (>= 1), passwords (never literal) and ``policy.*`` (known fields,
+    numbers where numbers belong). Raises ``ConfigError`` (a ValueError).
     """
     from polysql_ray.engines.base import Limits
     from polysql_ray.pipeline.driver import ConfigError
@@ -110,3 +111,13 @@ def validate(cfg: dict) -> None:
     retry = (cfg.get("pipeline") or {}).get("unavailable_retry_s", 120)
     if not isinstance(retry, (int, float)) or retry < 0:
         raise ConfigError(f"pipeline.unavailable_retry_s must be >= 0 seconds (got {retry!r})")
+    for engine, ecfg in (cfg.get("engines") or {}).items():
+        actors = (ecfg or {}).get("actors", 1) if isinstance(ecfg, dict) else 1
+        if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
+            raise ConfigError(f"engines.{engine}.actors must be a whole number >= 1 (got {actors!r})")
+    from polysql_ray.comparison.policy import ComparisonPolicy
+
+    try:
+        ComparisonPolicy.from_config(cfg.get("policy") or {})
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"policy: {str(exc).splitlines()[0]}") from None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,11 +29,22 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     ("limits.row_cap=0", "limits.row_cap must be a positive number"),
     ("pipeline.structural_check=prov", "pipeline.structural_check='prov' is not one of"),
     ("+engines.postgres.password=hunter2", "engines.postgres.password must not hold a password"),
+    ("engines.duckdb.actors=0", "engines.duckdb.actors must be a whole number >= 1 (got 0)"),
+    ("engines.sqlite.actors=-3", "engines.sqlite.actors must be a whole number >= 1 (got -3)"),
+    ("policy.abs_tol=abc", "policy: could not convert string to float"),
+    ("+policy.abs_toll=1e-3", "policy: unknown comparison policy field(s): ['abs_toll']"),
 ])
 def test_bad_config_is_one_line(override, needle):
     cfg, _, _ = compose([override])
-    with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
         validate(cfg)
+
+
+def test_a_single_dialect_needs_no_brackets():
+    from polysql_ray.pipeline.driver import build_grid
+
+    cfg, loader, _ = compose(["dialects=duckdb"])
+    assert build_grid(cfg, loader).dialects == ["duckdb"]
 
 
 def test_limits_validate_themselves():

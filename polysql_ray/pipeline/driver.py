@@ -114,7 +114,8 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
                for d in _as_list(sweep.get("datasets"), cfg.get("dataset"))]
     model_cfgs = [conf_loader("model", m) if isinstance(m, str) else m
                   for m in _as_list(sweep.get("models"), cfg.get("model"))]
-    dialects = [str(d) for d in (sweep.get("dialects") or cfg.get("dialects") or [])]
+    raw = sweep.get("dialects") or cfg.get("dialects") or []
+    dialects = [raw] if isinstance(raw, str) else [str(d) for d in raw]  # dialects=sqlite works too
     levels = [str(x) for x in (sweep.get("instruction_levels") or cfg.get("instruction_levels") or ["11"])]
     if not dialects:
         raise ConfigError("no dialects: set dialects=[sqlite,duckdb]")
