@@ -83,6 +83,21 @@ def redacted_yaml(cfg) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(redact(plain)))
 
 
+def known_top_level_keys() -> set[str]:
+    """Top-level keys a composed config may have: those of ``conf/config.yaml`` and its config
+    groups (``dataset``, ``model``, ``policy`` ...). A key outside them (``+datset=spider``) is a
+    typo that would otherwise be silently ignored."""
+    base = OmegaConf.load(CONF_DIR / "config.yaml")
+    keys = {str(k) for k in base.keys()} - {"defaults"}
+    for entry in base.get("defaults") or []:
+        if isinstance(entry, (dict, DictConfig)):
+            for group in entry:
+                name = str(group).split("@", 1)[-1].split(" ", 1)[-1].split(".", 1)[0]
+                if not name.startswith(("override", "hydra")):
+                    keys.add(name)
+    return keys | {"hydra"}
+
+
 def validate(cfg: dict) -> None:
     """Fail before any work with one line naming the key to fix.
 
@@ -115,6 +130,10 @@ def validate(cfg: dict) -> None:
         actors = (ecfg or {}).get("actors", 1) if isinstance(ecfg, dict) else 1
         if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
             raise ConfigError(f"engines.{engine}.actors must be a whole number >= 1 (got {actors!r})")
+    unknown = sorted(set(cfg) - known_top_level_keys())
+    if unknown:
+        raise ConfigError(f"unknown config key(s) {unknown}: check the spelling "
+                          f"(known: {sorted(known_top_level_keys() - {'hydra'})})")
     from polysql_ray.comparison.policy import ComparisonPolicy
 
     try:

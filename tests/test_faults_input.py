@@ -33,6 +33,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     ("engines.sqlite.actors=-3", "engines.sqlite.actors must be a whole number >= 1 (got -3)"),
     ("policy.abs_tol=abc", "policy: could not convert string to float"),
     ("+policy.abs_toll=1e-3", "policy: unknown comparison policy field(s): ['abs_toll']"),
+    ("+datset=spider", "unknown config key(s) ['datset']: check the spelling"),
 ])
 def test_bad_config_is_one_line(override, needle):
     cfg, _, _ = compose([override])
