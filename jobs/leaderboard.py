@@ -11,7 +11,9 @@ leaderboard with rich.
 """
 from __future__ import annotations
 
-from polysql_ray.jobs_cli import REQUIRED, parse_overrides, run_job
+from pathlib import Path
+
+from polysql_ray.jobs_cli import REQUIRED, UsageError, parse_overrides, run_job
 from polysql_ray.reporting.cli import config_defaults, stats_config
 
 PROG = "jobs.leaderboard"
@@ -25,6 +27,8 @@ def main(argv: list[str]) -> int:
     from polysql_ray.reporting.views import leaderboard_view
 
     kv = parse_overrides(argv, KEYS, PROG)
+    if Path(str(kv["out"])).exists() and not Path(str(kv["out"])).is_dir():
+        raise UsageError(f"out={kv['out']} is a file: give a folder for the snapshot")
     snap = write_snapshot(str(kv["results_dir"]), str(kv["out"]), stats_config(kv),
                           figures=bool(kv["figures"]))
     print_views([leaderboard_view(snap.stats, with_ci=False)])

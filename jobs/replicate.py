@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from polysql_ray.datasets.example import SourceDatabase
-from polysql_ray.jobs_cli import REQUIRED, parse_overrides, run_job
+from polysql_ray.jobs_cli import REQUIRED, UsageError, parse_overrides, run_job
 from polysql_ray.replication.base import Replica, ReplicationError, replicate
 
 
@@ -72,8 +72,12 @@ def main(argv: list[str]) -> int:
     if not source_dir.is_dir():
         raise NotADirectoryError(f"source_dir={source_dir} is not a folder "
                                  f"(expected <source_dir>/<db_id>/<db_id>.sqlite)")
+    from polysql_ray.replication.base import WRITERS
+
+    if str(kv["target"]) not in WRITERS:
+        raise UsageError(f"target={kv['target']}: no target writer; known: {sorted(WRITERS)}")
     if str(kv["types"]) not in ("declared", "storage"):
-        raise ValueError(f"types={kv['types']}: expected types=declared or types=storage")
+        raise UsageError(f"types={kv['types']}: expected types=declared or types=storage")
     failed = 0
     manifests = []
     raw = kv["db_ids"]

@@ -37,9 +37,12 @@ def test_overrides_are_typed_and_checked():
     (("jobs.judge", "results_dir={tmp}/empty", "judge=no_such_model"), "Could not find 'model/no_such_model'"),
     (("jobs.leaderboard", "results_dir=x", "out=y", "--source-dir=z"), "bad argument"),
     (("jobs.replicate", "source_dir={tmp}/nowhere"), "is not a folder"),
+    (("jobs.replicate", "source_dir={tmp}", "target=duckbd"), "target=duckbd: no target writer; known:"),
+    (("jobs.leaderboard", "results_dir={tmp}", "out={tmp}/a_file"), "is a file: give a folder"),
     (("jobs.fidelity", "step=publish", "results_dir={tmp}"), "expected step=prepare or step=report"),
 ])
 def test_user_errors_are_one_line(tmp_path, args, expect):
+    (tmp_path / "a_file").write_text("x")
     proc = _job(*(a.format(tmp=tmp_path) for a in args))
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
