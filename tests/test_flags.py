@@ -294,20 +294,26 @@ def test_inconclusive_flags_policy_turns_flagged_verdicts_inconclusive(db, tmp_p
         ComparisonPolicy(inconclusive_flags=("no_such_flag",))
 
 
-def test_clock_dependent_scores_from_an_earlier_date_are_not_reused(tmp_path):
+def test_clock_dependent_scores_from_an_earlier_date_are_not_reused():
+    """Any dataset's gold that reads the clock is keyed by the clock value it reads (one rule,
+    datasets.clock): a score stored on an earlier date has another key and is not reused; a
+    gold that does not read the clock keeps its key."""
     import datetime as dt
 
-    from polysql_ray.pipeline.driver import _stale_clock_scores
-    from polysql_ray.store.parquet import ResultsStore
-    from polysql_ray.store.schema import SCORE_SCHEMA
+    from types import SimpleNamespace
 
-    now = dt.datetime.now(dt.timezone.utc)
-    rows = [{f.name: None for f in SCORE_SCHEMA} | {
-        "key": key, "cell_key": "cell", "model": "m", "dataset": "d", "dialect": "sqlite",
-        "instruction_level": "-", "question_id": key, "verdict": "pass", "flags": flags, "scored_at": at}
-        for key, flags, at in [("clock_old", "time_dependent_gold", now - dt.timedelta(days=1)),
-                               ("clock_today", "time_dependent_gold", now),
-                               ("plain_old", "ties_at_limit", now - dt.timedelta(days=1))]]
-    store = ResultsStore(tmp_path)
-    store.append(pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))
-    assert _stale_clock_scores(store, ["cell"]) == {"clock_old"}
+    from polysql_ray.datasets.clock import mark_clock_dependent
+    from polysql_ray.store.parquet import score_key
+
+    def keys(now):
+        exs = [SimpleNamespace(question_id=q, gold_sql=sql, extra={})
+               for q, sql in [("clock", "SELECT count(*) FROM t WHERE d < date('now')"),
+                              ("clock_fn", "SELECT now()"), ("plain", "SELECT count(*) FROM t")]]
+        mark_clock_dependent(exs, now)
+        return {e.question_id: score_key("cell", e.question_id if not e.extra.get("clock")
+                                         else f"{e.question_id}@{e.extra['clock']}") for e in exs}, exs
+
+    today, exs = keys(dt.datetime(2031, 5, 2, tzinfo=dt.timezone.utc))
+    yesterday, _ = keys(dt.datetime(2031, 5, 1, tzinfo=dt.timezone.utc))
+    assert {k for k in today if today[k] != yesterday[k]} == {"clock", "clock_fn"}
+    assert [("time_dependent_gold" in e.extra.get("flags", ())) for e in exs] == [True, True, False]

@@ -36,9 +36,13 @@ def get_loader(layout: str) -> DatasetLoader:
 def load_dataset(cfg: Any) -> list[Example]:
     """Examples of the dataset described by ``cfg`` (dict, OmegaConf node or
     DatasetConfig with ``name``, ``layout``, ``root``, optional ``file``, ``db_dir``,
-    ``limit``, ``db_ids``). Raises DatasetError with a user-facing message."""
+    ``limit``, ``db_ids``). Golds that read the clock are flagged and clock-keyed
+    (:func:`polysql_ray.datasets.clock.mark_clock_dependent`). Raises DatasetError with a
+    user-facing message."""
+    from polysql_ray.datasets.clock import mark_clock_dependent
+
     c = as_config(cfg)
-    return get_loader(c.layout).load(c)
+    return list(mark_clock_dependent(get_loader(c.layout).load(c)))
 
 
 def dataset_sources(cfg: Any) -> list[SourceDatabase]:

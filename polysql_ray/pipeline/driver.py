@@ -209,8 +209,8 @@ def plan_work(grid: Grid, cells: list[Cell], stored: set[str], predictions_for, 
 
     for cell in cells:
         examples = grid.datasets[cell.dataset]
-        # a clock-dependent gold (datasets.archer) is keyed by the clock value it reads, so a
-        # score computed under another clock value is never reused
+        # a clock-dependent gold (datasets.clock, any dataset) is keyed by the clock value it
+        # reads, so a score computed under another clock value is never reused
         keys = [score_key(cell.key, ex.question_id if not ex.extra.get("clock")
                           else f"{ex.question_id}@{ex.extra['clock']}") for ex in examples]
         pending = [i for i, k in enumerate(keys) if k not in stored]
@@ -724,7 +724,6 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
 
     t0 = time.perf_counter()
     stored = store.existing_keys([c.key for c in grid.cells])
-    stored -= _stale_clock_scores(store, [c.key for c in grid.cells])
     predictions: dict[str, list[Prediction]] = {}
 
     def predictions_for(cell: Cell) -> list[Prediction]:
@@ -768,17 +767,6 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
     stats.wall_s = time.perf_counter() - t_start
     table = ex_table(store, [c.key for c in grid.cells])
     return stats, table
-
-
-def _stale_clock_scores(store: ResultsStore, cell_keys: list[str]) -> set[str]:
-    """Keys of stored scores whose gold depends on the clock (flag ``time_dependent_gold``:
-    ``'now'``, ``current_date`` ...) scored on an earlier UTC date: they are scored again (the
-    newest row per key wins), so a clock-dependent gold's result is never reused across a
-    change of date."""
-    rows = store.read(columns=["key", "flags", "scored_at"], cell_keys=cell_keys).to_pylist()
-    today = dt.datetime.now(dt.timezone.utc).date()
-    return {r["key"] for r in rows if "time_dependent_gold" in (r["flags"] or "").split(",")
-            and r["scored_at"] is not None and r["scored_at"].astimezone(dt.timezone.utc).date() != today}
 
 
 def _count_requests(items: list[WorkItem], requests: dict[str, ExecRequest], stats: RunStats) -> dict[str, ExecRequest]:
