@@ -22,6 +22,17 @@ def _scope(r: dict, scope: Sequence[str]) -> tuple:
     return tuple(r.get(c, ALL) for c in scope)
 
 
+def _ranked_groups(ex_rows: Iterable[dict], scope: Sequence[str]):
+    """``(scope values + dialect, rows, ranks)`` per ranking group, rows with n == 0 left out;
+    ranks by EX descending, ties sharing the best rank (``rankdata(method="min")``)."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in ex_rows:
+        if r["n"]:
+            groups[(*_scope(r, scope), r["dialect"])].append(r)
+    for g, rows in sorted(groups.items()):
+        yield g, rows, rankdata([-r["ex"] for r in rows], method="min")
+
+
 def model_ranks(ex_rows: Iterable[dict], scope: Sequence[str] = ()) -> list[dict]:
     """Rank models by EX within each (scope, dialect); 1 = best, ties share the best rank.
 
@@ -33,13 +44,8 @@ def model_ranks(ex_rows: Iterable[dict], scope: Sequence[str] = ()) -> list[dict
         Dicts sorted by scope, dialect, rank, model: scope columns, ``dialect``, ``model``,
         ``ex``, ``rank`` (int, ``method="min"``). Rows with n == 0 are skipped.
     """
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in ex_rows:
-        if r["n"]:
-            groups[(*_scope(r, scope), r["dialect"])].append(r)
     out = []
-    for g, rows in sorted(groups.items()):
-        ranks = rankdata([-r["ex"] for r in rows], method="min")
+    for g, rows, ranks in _ranked_groups(ex_rows, scope):
         for r, k in zip(rows, ranks):
             out.append({**dict(zip(scope, g[:-1])), "dialect": g[-1], "model": r["model"],
                         "ex": r["ex"], "rank": int(k)})
@@ -95,13 +101,8 @@ def rank_intervals(ex_rows: Iterable[dict], scope: Sequence[str] = ()) -> list[d
         ``ex_lo``, ``ex_hi``, ``rank`` (point rank by EX, ``min`` ties), ``rank_best``,
         ``rank_worst``, ``tied_with`` (comma-separated models whose CIs overlap M's).
     """
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in ex_rows:
-        if r["n"]:
-            groups[(*_scope(r, scope), r["dialect"])].append(r)
     out = []
-    for g, rows in sorted(groups.items()):
-        ranks = rankdata([-r["ex"] for r in rows], method="min")
+    for g, rows, ranks in _ranked_groups(ex_rows, scope):
         for r, k in zip(rows, ranks):
             better = sum(1 for o in rows if o is not r and o["ex_lo"] > r["ex_hi"])
             worse = sum(1 for o in rows if o is not r and o["ex_hi"] < r["ex_lo"])
