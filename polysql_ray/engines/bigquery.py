@@ -138,6 +138,8 @@ class BigQueryEngine:
 
     @property
     def client(self):
+        """The BigQuery client (google-cloud-bigquery ``Client``), made on first use from the
+        engine settings (Application Default Credentials, or an emulator endpoint)."""
         if self._client is None:
             self._client = make_client(self.settings)
         return self._client

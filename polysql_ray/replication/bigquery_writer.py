@@ -41,6 +41,7 @@ class BigQueryWriter:
 
     @property
     def client(self):
+        """The BigQuery client used to create and load the replica datasets, made on first use."""
         if self._client is None:
             self._client = bq.make_client(self.settings)
         return self._client

@@ -95,6 +95,8 @@ class _Runner:
         self.engines: dict = {}
 
     def run(self, engine: str, location: str, sql: str):
+        """Re-run ``sql`` read-only in ``engine``'s sandbox (the run's limits); returns the Arrow
+        table, or the engine's error text / status when it did not run."""
         from polysql_ray.engines.registry import make_engine
 
         if engine not in self.engines:
@@ -103,6 +105,7 @@ class _Runner:
         return res.table if res.ok else res.error or res.status.value
 
     def close(self) -> None:
+        """Close every engine opened by :meth:`run`."""
         for e in self.engines.values():
             try:
                 e.close()
