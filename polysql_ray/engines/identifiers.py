@@ -1,6 +1,6 @@
 """How each engine resolves identifiers, as data, and the one rule that names a replica's objects.
 
-Facts (engine documentation):
+Facts (engine documentation; each engine class declares its own as ``identifiers``):
 
 | engine     | unquoted names   | tables                       | columns          | quote |
 |------------|------------------|------------------------------|------------------|-------|
