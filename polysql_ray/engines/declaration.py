@@ -259,17 +259,17 @@ class DeclaredTable(MutableMapping):
         self._cache: tuple[int, dict] | None = None
 
     def _data(self) -> dict[str, Any]:
-        from polysql_ray.engines.registry import declared_engines
-
-        engines = declared_engines()
         if self._cache is None or self._cache[0] != _GENERATION[0]:
+            from polysql_ray.engines.registry import declared_engines
+
+            engines = declared_engines()  # imports the engine modules on first use
             base = {}
             for name, cls in engines.items():
                 value = self._fact(cls)
                 if value is not None:
                     base[name] = value
             self._cache = (_GENERATION[0], base)
-        return {**self._cache[1], **self._overrides}
+        return {**self._cache[1], **self._overrides} if self._overrides else self._cache[1]
 
     def __getitem__(self, key: str) -> Any:
         return self._data()[key]

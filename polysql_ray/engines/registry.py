@@ -125,10 +125,10 @@ class _Dialects(DeclaredTable):
         super().__init__(lambda cls: cls.name)
 
     def _data(self) -> dict[str, str]:
-        engines = declared_engines()
         if self._cache is None or self._cache[0] != _GENERATION[0]:
+            engines = declared_engines()
             self._cache = (_GENERATION[0], {d: cls.name for cls in engines.values() for d in _dialect_rows(cls)})
-        return {**self._cache[1], **self._overrides}
+        return {**self._cache[1], **self._overrides} if self._overrides else self._cache[1]
 
 
 #: Target dialect name -> engine that runs SQL written for it. One row per dialect; several
