@@ -144,6 +144,9 @@ class BigQueryEngine(ServerEngine):
     varchar_with_length = "STRING"
     writer = "polysql_ray.replication.bigquery_writer:BigQueryWriter"
     reader = None
+    sandbox = {"dry_run_first": True, "maximum_bytes_billed": DEFAULTS["maximum_bytes_billed"],
+               "job_timeout_ms": "limits.timeout_s", "use_query_cache": False,
+               "credentials": "roles/bigquery.dataViewer + roles/bigquery.jobUser only"}
     error_table = {**REASON_STATUS, **dict(MESSAGE_STATUS)}
     denied_functions = DENIED_FUNCTIONS
     transient_unavailable = False

@@ -313,6 +313,7 @@ class ClickHouseEngine(EmbeddedEngine):
     varchar_with_length = "String"
     writer = "polysql_ray.replication.clickhouse_writer:ClickHouseWriter"
     reader = None
+    sandbox = SANDBOX_SETTINGS  # on the connection, never in query text (+ per-query limits)
     error_table = ERROR_CODES
     denied_functions = DENIED_FUNCTIONS
     connection = ConnectionBehaviour("per-limits")

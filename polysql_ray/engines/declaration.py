@@ -32,6 +32,7 @@ Facts (:data:`REQUIRED_FACTS`; ``None`` is a declared "not applicable"):
 | ``type_map`` | logical type -> target type text of its replication writer (None: writer's own) |
 | ``varchar_with_length`` | type text of a VARCHAR(n) (``{n}``), None: ``type_map["VARCHAR"]`` |
 | ``writer`` / ``reader`` | ``"module:Class"`` of its replication writer / source reader (or None) |
+| ``sandbox`` | read-only/sandbox settings the engine applies on every connection or session |
 | ``error_table`` | the engine's error table (driver code / message -> :class:`ExecStatus`) |
 | ``denied_functions`` | functions refused before execution (sandbox, lower case) |
 | ``transient_unavailable`` | UNAVAILABLE is infrastructure trouble to retry (servers) |
@@ -155,13 +156,14 @@ _UNDECLARED: Any = type("Undeclared", (), {"__repr__": lambda self: "<undeclared
 REQUIRED_FACTS: tuple[str, ...] = (
     "name", "dialect", "aliases", "embedded", "settings", "takes_mapping", "semantic_settings",
     "identifiers", "semantics", "structural", "type_map", "varchar_with_length", "writer", "reader",
-    "error_table", "denied_functions", "transient_unavailable", "connection", "prompt_rules",
+    "sandbox", "error_table", "denied_functions", "transient_unavailable", "connection", "prompt_rules",
     "source_suffix", "source_dump_suffix", "server_start",
 )
 
 #: Facts that must not be None.
 NON_NULL_FACTS: frozenset[str] = frozenset({
-    "name", "dialect", "embedded", "settings", "identifiers", "structural", "error_table", "connection",
+    "name", "dialect", "embedded", "settings", "identifiers", "structural", "sandbox", "error_table",
+    "connection",
 })
 
 _REGISTRY: dict[str, type] = {}
@@ -190,6 +192,7 @@ class EngineDeclaration:
     varchar_with_length: ClassVar[str | None] = _UNDECLARED
     writer: ClassVar[str | None] = _UNDECLARED
     reader: ClassVar[str | None] = _UNDECLARED
+    sandbox: ClassVar[dict] = _UNDECLARED
     error_table: ClassVar[Any] = _UNDECLARED
     denied_functions: ClassVar[frozenset[str]] = _UNDECLARED
     transient_unavailable: ClassVar[bool] = False

@@ -127,6 +127,8 @@ class DuckDBEngine(EmbeddedEngine):
     varchar_with_length = "VARCHAR"
     writer = "polysql_ray.replication.duckdb_writer:DuckDBWriter"
     reader = "polysql_ray.replication.duckdb_source:DuckDBReader"
+    sandbox = {"read_only": True, **CONNECT_CONFIG, "lock_configuration": True,
+               "statement_types": ALLOWED_STATEMENT_TYPES, "timeout": "con.interrupt()"}
     error_table = ERROR_TABLE
     denied_functions = frozenset()  # enable_external_access=false refuses file access itself
     prompt_rules = "duckdb.yaml"

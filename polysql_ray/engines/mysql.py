@@ -235,6 +235,8 @@ class MySQLEngine(ServerEngine):
     varchar_with_length = "VARCHAR({n})"
     writer = "polysql_ray.replication.mysql:MySQLWriter"
     reader = "polysql_ray.replication.mysql_source:MySQLReader"
+    sandbox = {"flavours": FLAVOURS, "role": "polysql_reader", "session_reset": "COM_RESET_CONNECTION",
+               "statement_check": "Com_select == 1", "multi_statements": False}
     error_table = ERRNO_STATUS
     denied_functions = DENIED_FUNCTIONS
     denied_text = DENIED_TEXT

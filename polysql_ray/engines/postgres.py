@@ -196,6 +196,9 @@ class PostgresEngine(ServerEngine):
     varchar_with_length = "VARCHAR({n})"
     writer = "polysql_ray.replication.postgres:PostgresWriter"
     reader = "polysql_ray.replication.postgres_source:PostgresReader"
+    sandbox = {"transaction": "READ ONLY", "statement_timeout": "limits.timeout_s", "role": "polysql_reader",
+               "revoked_functions": REVOKED_FUNCTIONS, "revoked_views": REVOKED_VIEWS,
+               "session_reset": "ROLLBACK; DISCARD ALL"}
     error_table = {**SQLSTATE_STATUS, **SQLSTATE_CLASS_STATUS}
     denied_functions = DENIED_FUNCTIONS
     connection = ConnectionBehaviour("pool", lost_connection_retries=1, fresh_session=True)

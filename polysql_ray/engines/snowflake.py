@@ -169,6 +169,8 @@ class SnowflakeEngine(ServerEngine):
     varchar_with_length = "VARCHAR({n})"
     writer = "polysql_ray.replication.snowflake_writer:SnowflakeWriter"
     reader = None
+    sandbox = {**SESSION_PARAMETERS, "STATEMENT_TIMEOUT_IN_SECONDS": "limits.timeout_s",
+               "role": "least-privilege reader (settings.role)"}
     error_table = {**ERRNO_STATUS, **SQLSTATE_STATUS}
     denied_functions = DENIED_FUNCTIONS
     transient_unavailable = False

@@ -164,6 +164,8 @@ class SqliteEngine(EmbeddedEngine):
     varchar_with_length = None
     writer = "polysql_ray.replication.sqlite_writer:SqliteWriter"
     reader = "polysql_ray.replication.sqlite_reader:SqliteReader"
+    sandbox = {"uri": "file:<path>?mode=ro", "pragma": "query_only=1", "authorizer_allows": ALLOWED_ACTIONS,
+               "timeout": "progress handler interrupt"}
     error_table = ERROR_TABLE
     denied_functions = DENIED_FUNCTIONS
     prompt_rules = "sqlite.yaml"
