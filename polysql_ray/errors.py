@@ -1,19 +1,15 @@
 """User-facing errors: which exceptions mean "your input needs fixing" and how they print."""
 from __future__ import annotations
 
+from polysql_ray.engines.declaration import DeclaredTable
+
 #: Exception class names whose message already names what to fix; printed without a traceback.
 USER_ERRORS = ("ConfigError", "DatasetError", "GeneratorConfigError", "ReplicationError", "ReplayError",
                "StoreError", "FileNotFoundError", "ConfigCompositionException", "ServerUnavailable")
 
-#: How to bring up each server engine on a machine like the CI one (README "Two commands").
-SERVER_START = {
-    "postgres": "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
-    # --pidfile: without it start-stop-daemon takes ANY mariadbd (a private instance on another
-    # port) for "already running" and starts nothing. lower_case_table_names=1: table names
-    # resolve case-insensitively, as on the SQLite sources (README "Replication").
-    "mysql": "start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid "
-             "--exec /usr/sbin/mariadbd -- --lower-case-table-names=1",
-}
+#: How to bring up each server engine on a machine like the CI one (README "Two commands"):
+#: declared by each engine class as ``server_start`` (``engines/<name>.py``).
+SERVER_START = DeclaredTable(lambda cls: cls.server_start)
 
 _UNREACHABLE = ("connection refused", "can't connect", "could not connect", "is the server running",
                 "timeout expired", "connection timed out", "no route to host")

@@ -90,9 +90,8 @@ def test_server_layers_hold_without_the_client_guard(setup, engine_name, sql, ex
     engines, replicas, writers, _ = setup
     engine, loc = engines[engine_name], replicas[engine_name].location
     bypass = lambda sql, *a, **k: (None, sql)  # noqa: E731
-    monkeypatch.setattr("polysql_ray.engines.servers.precheck", bypass)  # postgres imports it per call
-    if engine_name == "mysql":
-        monkeypatch.setattr("polysql_ray.engines.mysql.precheck", bypass)
+    # the one server execute path (ServerEngine.execute) calls servers.precheck for every engine
+    monkeypatch.setattr("polysql_ray.engines.servers.precheck", bypass)
     res = LIMITS.enforce(engine.execute(loc, sql, LIMITS))
     assert res.status in expect, (res.status, res.error)
     if sql.startswith("SELECT LOAD_FILE"):

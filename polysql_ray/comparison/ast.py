@@ -8,7 +8,7 @@ exactly. It answers only ``equivalent`` (proven) or ``unknown``; it never refute
 Canonical rewrites (every one is sound under SQL three-valued logic; none comes from
 sqlglot's ``simplify``, which folds ``p AND NOT p`` to FALSE although it is NULL when p is NULL):
 
-* identifiers resolved by each dialect's rules (:data:`IDENTIFIER_RULES`): SQLite and DuckDB
+* identifiers resolved by each dialect's rules (:func:`identifier_rule`): SQLite and DuckDB
   resolve all identifiers case-insensitively, PostgreSQL folds unquoted identifiers to lower
   case and keeps quoted ones, MySQL is kept exact (table-name case depends on the server's
   ``lower_case_table_names``). A *quoted* SQLite identifier in a column position stays exact
@@ -23,7 +23,7 @@ sqlglot's ``simplify``, which folds ``p AND NOT p`` to FALSE although it is NULL
   never down to a single operand: ``a AND a`` yields 0/1 where ``a`` yields its value);
 * ``+`` and ``*``: operands of each *binary* node sorted, but never re-associated:
   IEEE addition/multiplication are commutative but not associative, and re-association can
-  move an integer overflow. Only in :data:`NUMERIC_PLUS_DIALECTS` (``+`` is string
+  move an integer overflow. Only in dialects declaring it (:func:`numeric_plus`) (``+`` is string
   concatenation in T-SQL);
 * ``=``, ``<>`` operands sorted; ``1 < id`` -> ``id > 1`` (operands ordered, operator flipped).
   In SQLite a comparison of two *columns* is never flipped: the left column's collation wins
@@ -40,14 +40,14 @@ two engines (or two plans on one engine) may pick different ones; ``allow_ordere
 accepts it for same-dialect pairs only.
 
 Across dialects (gold on one engine, prediction on another) a proof additionally needs every
-node of both trees in the explicit allowlist of the pair (:data:`CROSS_DIALECT_ALLOWLIST`, data
+node of both trees in the explicit allowlist of the pair (:func:`cross_dialect_allowlist`, data
 not branches). Allowed for sqlite/duckdb/postgres pairs: SELECT/FROM/JOIN/WHERE/GROUP BY/HAVING,
 sub-queries, CTEs, UNION/INTERSECT/EXCEPT, columns, literals, NULL, TRUE/FALSE, AND/OR/NOT,
 IS [NOT] NULL, ``=``, ``<>``, IN, EXISTS, COUNT, DISTINCT; plus ``<``, ``>``, ``<=``, ``>=``,
 ORDER BY, MIN, MAX, SUM, AVG under a *type guard*: every comparison's operands must have the
 same known type class (from ``schema``: implicit casts differ, ``text_col = 1`` works in SQLite
 and fails in PostgreSQL), ordering comparisons only on the classes in
-:data:`CROSS_DIALECT_ORDERED_CLASSES` (PostgreSQL orders text by locale, SQLite/DuckDB by bytes),
+:func:`cross_dialect_ordered_classes` (PostgreSQL orders text by locale, SQLite/DuckDB by bytes),
 aggregates SUM/AVG/MIN/MAX only on numbers. NULL ordering needs no rule: sqlglot writes each
 dialect's default NULL placement into the tree, so ``ORDER BY x`` in SQLite (NULLs first) and in
 DuckDB (NULLs last) do not match. NOT allowed (never proven across dialects): ``/`` (SQLite
@@ -68,6 +68,8 @@ from typing import Literal, Mapping
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
+
+from polysql_ray.engines.declaration import EXACT_IDENTIFIERS, StructuralFacts, StructuralIdentifiers
 
 Decision = Literal["equivalent", "unknown"]
 
@@ -92,43 +94,51 @@ class StructuralResult:
         return self.decision == "equivalent"
 
 
-@dataclass(frozen=True)
-class IdentifierRule:
-    """How a dialect resolves an identifier (data, one per dialect).
-
-    Attributes:
-        fold_unquoted: unquoted identifiers compare case-insensitively (folded to lower).
-        fold_quoted: quoted identifiers compare case-insensitively too.
-        quoted_column_may_be_string: a quoted identifier in a column position may silently be
-            a string literal (SQLite's double-quote fallback).
-        schema_match: ``ci`` (matches schema names case-insensitively) or ``exact``.
-    """
-
-    fold_unquoted: bool
-    fold_quoted: bool
-    quoted_column_may_be_string: bool
-    schema_match: str
+#: How a dialect resolves an identifier: declared by each engine (``structural.identifiers``).
+IdentifierRule = StructuralIdentifiers
+_EXACT_RULE = EXACT_IDENTIFIERS
 
 
-#: Per-dialect identifier resolution (SQLite: sqlite.org/lang_keywords.html; PostgreSQL docs
-#: 4.1.1 "Identifiers and Key Words"; DuckDB docs "Identifiers: case-insensitive, even when
-#: quoted"; MySQL: kept exact, see module docstring).
-IDENTIFIER_RULES: dict[str, IdentifierRule] = {
-    "sqlite": IdentifierRule(True, True, True, "ci"),
-    "duckdb": IdentifierRule(True, True, False, "ci"),
-    "postgres": IdentifierRule(True, False, False, "exact"),
-    "mysql": IdentifierRule(False, False, False, "exact"),
-}
-_EXACT_RULE = IdentifierRule(False, False, False, "exact")
+def _facts(dialect: str) -> StructuralFacts:
+    """The structural facts the engine of ``dialect`` declares (``engines/<name>.py``)."""
+    from polysql_ray.engines.registry import structural_facts
 
-#: Dialect pairs whose identifier rules agree without knowing the schema (both case-insensitive).
-SCHEMA_FREE_PAIRS: frozenset[frozenset[str]] = frozenset({frozenset({"sqlite", "duckdb"})})
+    return structural_facts(dialect)
 
-#: Dialects where ``+`` is always numeric addition (commutative), never string concatenation.
-NUMERIC_PLUS_DIALECTS: frozenset[str] = frozenset({"sqlite", "duckdb", "postgres", "mysql"})
 
-#: Dialects where the left operand's column collation decides a comparison of two columns.
-LEFT_COLLATION_DIALECTS: frozenset[str] = frozenset({"sqlite"})
+def identifier_rule(dialect: str) -> StructuralIdentifiers:
+    """Identifier resolution of ``dialect`` (exact for an unknown dialect)."""
+    return _facts(dialect).identifiers
+
+
+def cross_dialect_allowlist(a: str, b: str) -> frozenset[str]:
+    """sqlglot node classes with one meaning in both dialects: those both engines declare
+    portable (``structural.portable_nodes``); empty when either declares none."""
+    return _facts(a).portable_nodes & _facts(b).portable_nodes
+
+
+def cross_dialect_ordered_classes(a: str, b: str) -> frozenset[str]:
+    """Type classes on which ``< > <= >=``, MIN/MAX and ORDER BY agree in both dialects
+    (SQLite and DuckDB compare text bytewise; PostgreSQL uses the locale's collation)."""
+    return _facts(a).ordered_classes & _facts(b).ordered_classes
+
+
+def schema_free_pair(a: str, b: str) -> bool:
+    """True when the two dialects' identifier rules agree without knowing the schema (both
+    resolve every name case-insensitively)."""
+    return all(identifier_rule(d).schema_match == "ci" for d in (a, b))
+
+
+def numeric_plus(dialects) -> bool:
+    """True when ``+`` is numeric addition (commutative) in every dialect of ``dialects``."""
+    return all(_facts(d).numeric_plus for d in dialects)
+
+
+def left_collation(dialects) -> bool:
+    """True when in some dialect of ``dialects`` the left column's collation decides a
+    comparison of two columns (SQLite, sqlite.org/datatype3.html 7.1)."""
+    return any(_facts(d).left_collation for d in dialects)
+
 
 #: sqlglot node classes that make a query non-deterministic.
 NONDETERMINISTIC_NODES: frozenset[str] = frozenset({
@@ -150,30 +160,6 @@ NONDETERMINISTIC_FUNCTIONS: frozenset[str] = frozenset({
     "connection_id", "version", "database", "user", "current_user", "session_user",
     "get_current_time", "epoch_ms", "today",
 })
-
-_CORE = frozenset({
-    "Select", "From", "Join", "Where", "Group", "Having", "Column", "Identifier", "Table",
-    "TableAlias", "Alias", "Star", "Literal", "Null", "Boolean", "And", "Or", "Not", "EQ", "NEQ",
-    "Is", "In", "Count", "Distinct", "Exists", "Subquery", "Union", "Intersect", "Except",
-    "Paren", "With", "CTE",
-})
-_GUARDED = frozenset({"LT", "GT", "LTE", "GTE", "Order", "Ordered", "Min", "Max", "Sum", "Avg"})
-
-#: Node classes treated as dialect-invariant per (unordered) dialect pair. A pair not listed
-#: (e.g. anything with MySQL) gets an empty allowlist: never proven across dialects.
-CROSS_DIALECT_ALLOWLIST: dict[frozenset[str], frozenset[str]] = {
-    frozenset({"sqlite", "duckdb"}): _CORE | _GUARDED,
-    frozenset({"sqlite", "postgres"}): _CORE | _GUARDED,
-    frozenset({"duckdb", "postgres"}): _CORE | _GUARDED,
-}
-
-#: Type classes on which ``< > <= >=``, MIN/MAX and ORDER BY agree, per dialect pair
-#: (SQLite and DuckDB compare text bytewise; PostgreSQL uses the locale's collation).
-CROSS_DIALECT_ORDERED_CLASSES: dict[frozenset[str], frozenset[str]] = {
-    frozenset({"sqlite", "duckdb"}): frozenset({"num", "text"}),
-    frozenset({"sqlite", "postgres"}): frozenset({"num"}),
-    frozenset({"duckdb", "postgres"}): frozenset({"num"}),
-}
 
 #: Declared column type -> type class (SQLite affinity rules, sqlite.org/datatype3.html 3.1);
 #: first match wins; no match -> no class (the guard then refuses the comparison).
@@ -241,10 +227,9 @@ class AstEquivalence:
             :class:`StructuralResult`, ``equivalent`` or ``unknown``; never raises for bad SQL.
         """
         cross = gold_dialect != pred_dialect
-        pair = frozenset({gold_dialect, pred_dialect})
-        if cross and not CROSS_DIALECT_ALLOWLIST.get(pair):
+        if cross and not cross_dialect_allowlist(gold_dialect, pred_dialect):
             return StructuralResult("unknown", f"no_allowlist:{gold_dialect}->{pred_dialect}")
-        if cross and schema is None and pair not in SCHEMA_FREE_PAIRS:
+        if cross and schema is None and not schema_free_pair(gold_dialect, pred_dialect):
             return StructuralResult("unknown", "schema_needed_for_identifiers")
         try:
             gold_key = self.canonical_key(gold_sql, gold_dialect, other=pred_dialect, schema=schema)
@@ -330,10 +315,9 @@ class AstEquivalence:
                     raise _Unknown("nondeterministic:order_by_limit_ties")
 
     def _check_allowlist(self, tree, dialect, other, schema) -> None:
-        pair = frozenset({dialect, other})
-        allowed = CROSS_DIALECT_ALLOWLIST.get(pair, frozenset())
-        ordered_classes = CROSS_DIALECT_ORDERED_CLASSES.get(pair, frozenset())
-        rule = IDENTIFIER_RULES.get(dialect, _EXACT_RULE)
+        allowed = cross_dialect_allowlist(dialect, other)
+        ordered_classes = cross_dialect_ordered_classes(dialect, other)
+        rule = identifier_rule(dialect)
         for node in tree.walk():
             name = type(node).__name__
             if name not in allowed:
@@ -374,7 +358,7 @@ class AstEquivalence:
 
     @staticmethod
     def _normalize_identifiers(tree, dialect, schema) -> None:
-        rule = IDENTIFIER_RULES.get(dialect, _EXACT_RULE)
+        rule = identifier_rule(dialect)
         names = None
         if schema is not None:
             names = set(schema)
@@ -513,13 +497,13 @@ class AstEquivalence:
             value = _INT_FOLD[typ](_int_literal(node.this), _int_literal(node.expression))
             if -_INT_LIMIT < value < _INT_LIMIT:
                 return exp.Literal.number(value) if value >= 0 else exp.Neg(this=exp.Literal.number(-value))
-        if isinstance(node, _SWAP_ONLY) and dialects <= NUMERIC_PLUS_DIALECTS:
+        if isinstance(node, _SWAP_ONLY) and numeric_plus(dialects):
             if _key(node.expression) < _key(node.this):
                 node = typ(this=node.expression, expression=node.this)
             return node
         if isinstance(node, _SYMMETRIC) or typ in _FLIP:
             both_columns = isinstance(node.this, exp.Column) and isinstance(node.expression, exp.Column)
-            if both_columns and dialects & LEFT_COLLATION_DIALECTS:
+            if both_columns and left_collation(dialects):
                 return node
             if _key(node.expression) < _key(node.this):
                 new_type = _FLIP.get(typ, typ)
@@ -540,13 +524,14 @@ _KEYWORD_DIR = __import__("pathlib").Path(__file__).with_name("keywords")
 def reserved_words(dialect: str) -> frozenset[str]:
     """Words an engine will not accept as an unquoted identifier, lower case.
 
-    Data files ``comparison/keywords/<dialect>.txt``, read off the engines themselves:
+    Data files ``comparison/keywords/<file>.txt`` named by the engine's declaration, read off the engines themselves:
     DuckDB ``duckdb_keywords()`` (every category but ``unreserved``), PostgreSQL
     ``pg_get_keywords()`` (catcode R, C, T), SQLite's keyword list (lang_keywords.html).
     An unknown dialect has none listed (cross-dialect pairs with it are refused elsewhere).
     """
-    path = _KEYWORD_DIR / f"{dialect}.txt"
-    if not path.exists():
+    name = _facts(dialect).keywords  # declared by the dialect's engine (``structural.keywords``)
+    path = _KEYWORD_DIR / name if name else None
+    if path is None or not path.exists():
         return frozenset()
     return frozenset(w.strip().lower() for w in path.read_text().splitlines()
                      if w.strip() and not w.startswith("#"))

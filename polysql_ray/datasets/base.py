@@ -13,15 +13,18 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from polysql_ray.datasets.example import Example, SourceDatabase
+from polysql_ray.engines.declaration import DeclaredTable
 
 log = logging.getLogger(__name__)
 
 #: Source engines whose databases are files, and the file suffix of each
-#: (``<db_root>/<db_id>/<db_id><suffix>``, the Spider/BIRD layout).
-FILE_ENGINES: dict[str, str] = {"sqlite": ".sqlite", "duckdb": ".duckdb"}
+#: (``<db_root>/<db_id>/<db_id><suffix>``, the Spider/BIRD layout): each engine class
+#: declares ``source_suffix`` (``engines/<name>.py``).
+FILE_ENGINES: Mapping[str, str] = DeclaredTable(lambda cls: cls.source_suffix)
 
-#: Server engines whose source may come as a dump file the project loads -> file suffix.
-DUMP_SUFFIX: dict[str, str] = {"postgres": ".sql"}
+#: Server engines whose source may come as a dump file the project loads -> file suffix
+#: (declared as ``source_dump_suffix``).
+DUMP_SUFFIX: Mapping[str, str] = DeclaredTable(lambda cls: cls.source_dump_suffix)
 
 
 class DatasetError(ValueError):

@@ -1,7 +1,9 @@
 """Engines: run one untrusted read-only statement and return an Arrow table (see ``base.py``).
 
-``make_engine(name, **settings)`` (``registry.py``) builds one; ``guard.py`` is the shared
-"exactly one SELECT/WITH statement" filter.
+Each engine is one declared class (``declaration.py``) in its own module, found by the registry
+without being listed (``registry.py``); ``make_engine(name, **settings)`` builds one. The shared
+execute paths are ``embedded.py`` (in-process engines) and ``servers.ServerEngine``; ``guard.py``
+is the shared "exactly one SELECT/WITH statement" filter.
 """
 from polysql_ray.engines.base import Engine, ExecStatus, ExecutionResult, Limits  # noqa: F401
 from polysql_ray.engines.registry import (  # noqa: F401

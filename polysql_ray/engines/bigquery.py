@@ -27,11 +27,14 @@ byte limits, and it reports 0 bytes in dry runs.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
-from polysql_ray.engines.servers import LiveStopwatch as Stopwatch
+from polysql_ray.engines.declaration import ConnectionBehaviour, StructuralFacts
+from polysql_ray.engines.identifiers import IdentifierRules
+from polysql_ray.engines.servers import ServerEngine
 
 S = ExecStatus
 
@@ -120,7 +123,7 @@ def make_client(settings: dict):
     return bigquery.Client(project=settings.get("project"), location=settings.get("location"), **kw)
 
 
-class BigQueryEngine:
+class BigQueryEngine(ServerEngine):
     """BigQuery engine (``dialect = "bigquery"``); ``location`` is the replica dataset id.
 
     Args:
@@ -129,9 +132,31 @@ class BigQueryEngine:
 
     name = "bigquery"
     dialect = "bigquery"
+    settings = {}
+    # BigQuery "Lexical structure": table names case-sensitive, column names case-insensitive
+    identifiers = IdentifierRules(fold=None, tables_ci=False, columns_ci=True, quote="`")
+    semantics = None  # not yet documented as flags
+    structural = StructuralFacts()  # nothing proven across it yet
+    # BigQuery: a time zone-less TIMESTAMP is a DATETIME.
+    type_map = {"SMALLINT": "INT64", "INTEGER": "INT64", "BIGINT": "INT64", "DOUBLE": "FLOAT64",
+                "VARCHAR": "STRING", "BLOB": "BYTES", "DECIMAL": "NUMERIC", "BOOLEAN": "BOOL",
+                "DATE": "DATE", "TIMESTAMP": "DATETIME"}
+    varchar_with_length = "STRING"
+    writer = "polysql_ray.replication.bigquery_writer:BigQueryWriter"
+    reader = None
+    sandbox = {"dry_run_first": True, "maximum_bytes_billed": DEFAULTS["maximum_bytes_billed"],
+               "job_timeout_ms": "limits.timeout_s", "use_query_cache": False,
+               "credentials": "roles/bigquery.dataViewer + roles/bigquery.jobUser only"}
+    error_table = {**REASON_STATUS, **dict(MESSAGE_STATUS)}
+    denied_functions = DENIED_FUNCTIONS
+    transient_unavailable = False
+    connection = ConnectionBehaviour("client")
+    prompt_rules = "bigquery.yaml"
+    unreachable = "bigquery unreachable"
 
     def __init__(self, settings: dict | None = None) -> None:
         self.settings = {**DEFAULTS, **(settings or {})}
+        self.queries = 0
         self._client = None
         #: dry-run bytes of the last statement (reported before it ran)
         self.last_dry_run_bytes: int | None = None
@@ -144,54 +169,64 @@ class BigQueryEngine:
             self._client = make_client(self.settings)
         return self._client
 
-    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
-        """Dry run, then run one untrusted statement with ``location`` as default dataset."""
-        from polysql_ray.engines.servers import precheck
-
-        with Stopwatch() as sw:
-            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS)
-        if refusal is not None:
-            return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
-        import concurrent.futures
-
+    # ------------------------------------------------------------------ execution hooks
+    def driver_errors(self) -> tuple[tuple, tuple]:
+        """API call errors on a statement; retry exhaustion, socket errors, bad settings and
+        missing credentials when making the client."""
         from google.api_core import exceptions as gexc
+        from google.auth import exceptions as gauth
+
+        unreachable = (gexc.RetryError, OSError, ValueError, gauth.DefaultCredentialsError)
+        return (gexc.GoogleAPICallError, *unreachable), unreachable
+
+    @contextlib.contextmanager
+    def acquire(self, limits: Limits):
+        """The one client, as a lease (never discarded: it holds no session)."""
+        from polysql_ray.engines.servers import Lease
+
+        yield Lease(self.client)
+
+    def run(self, lease, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        """Dry run (TOO_LARGE past ``maximum_bytes_billed``), then the job with
+        ``job_timeout_ms``; the client cancels it after ``timeout_s + client_grace_s``."""
+        import concurrent.futures
+        import time
+
         from google.cloud import bigquery
 
+        t0 = time.perf_counter()
+        client = lease.conn
         cap = int(self.settings["maximum_bytes_billed"])
-        with Stopwatch() as sw:
-            try:
-                client = self.client
-                default = f"{client.project}.{location}"
-                dry = client.query(sql, job_config=bigquery.QueryJobConfig(
-                    dry_run=True, use_query_cache=False, default_dataset=default))
-                self.last_dry_run_bytes = int(dry.total_bytes_processed or 0)
-                if self.last_dry_run_bytes > cap:
-                    return ExecutionResult.failure(
-                        S.TOO_LARGE, f"dry run: would process {self.last_dry_run_bytes} bytes > "
-                        f"maximum_bytes_billed={cap}", sw.now())
-                job = client.query(sql, job_config=bigquery.QueryJobConfig(
-                    use_query_cache=False, default_dataset=default, maximum_bytes_billed=cap,
-                    job_timeout_ms=int(limits.timeout_s * 1000)))
-                try:
-                    rows = job.result(timeout=limits.timeout_s + float(self.settings["client_grace_s"]),
-                                      max_results=limits.row_cap + 1)
-                except concurrent.futures.TimeoutError:
-                    job.cancel()
-                    return ExecutionResult.failure(
-                        S.TIMEOUT, f"client gave up after {sw.now():.1f}s and cancelled the job "
-                        f"(job_timeout_ms={int(limits.timeout_s * 1000)})", sw.now())
-                if rows.total_rows is not None and rows.total_rows > limits.row_cap:
-                    return ExecutionResult.failure(S.TOO_LARGE, f"{rows.total_rows} rows > row cap "
-                                                   f"{limits.row_cap}", sw.now())
-                table = rows.to_arrow(create_bqstorage_client=False)
-                return ExecutionResult(S.OK, table, None, sw.now())
-            except gexc.GoogleAPICallError as e:
-                return ExecutionResult.failure(classify_error(e), str(e), sw.now())
-            except (gexc.RetryError, OSError, ValueError) as e:
-                return ExecutionResult.failure(S.UNAVAILABLE, f"bigquery unreachable: {e}", sw.now())
-            except Exception as e:  # google-auth DefaultCredentialsError, conversion ...
-                status = S.UNAVAILABLE if "credentials" in type(e).__name__.lower() else S.RUNTIME
-                return ExecutionResult.failure(status, f"{type(e).__name__}: {e}", sw.now())
+        default = f"{client.project}.{location}"
+        dry = client.query(sql, job_config=bigquery.QueryJobConfig(
+            dry_run=True, use_query_cache=False, default_dataset=default))
+        self.last_dry_run_bytes = int(dry.total_bytes_processed or 0)
+        if self.last_dry_run_bytes > cap:
+            return ExecutionResult.failure(
+                S.TOO_LARGE, f"dry run: would process {self.last_dry_run_bytes} bytes > "
+                f"maximum_bytes_billed={cap}")
+        job = client.query(sql, job_config=bigquery.QueryJobConfig(
+            use_query_cache=False, default_dataset=default, maximum_bytes_billed=cap,
+            job_timeout_ms=int(limits.timeout_s * 1000)))
+        try:
+            rows = job.result(timeout=limits.timeout_s + float(self.settings["client_grace_s"]),
+                              max_results=limits.row_cap + 1)
+        except concurrent.futures.TimeoutError:
+            job.cancel()
+            return ExecutionResult.failure(
+                S.TIMEOUT, f"client gave up after {time.perf_counter() - t0:.1f}s and cancelled the job "
+                f"(job_timeout_ms={int(limits.timeout_s * 1000)})")
+        if rows.total_rows is not None and rows.total_rows > limits.row_cap:
+            return ExecutionResult.failure(S.TOO_LARGE, f"{rows.total_rows} rows > row cap {limits.row_cap}")
+        return ExecutionResult(S.OK, rows.to_arrow(create_bqstorage_client=False), None)
+
+    def failure(self, e: BaseException, lease, limits: Limits, elapsed_s: float) -> ExecutionResult:
+        """:func:`classify_error` for API errors; the rest means BigQuery is unreachable."""
+        from google.api_core import exceptions as gexc
+
+        if isinstance(e, gexc.GoogleAPICallError):
+            return ExecutionResult.failure(classify_error(e), str(e), elapsed_s)
+        return ExecutionResult.failure(S.UNAVAILABLE, f"{self.unreachable}: {e}", elapsed_s)
 
     def close(self) -> None:
         """Close the HTTP session."""

@@ -48,12 +48,14 @@ import re
 import shutil
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pyarrow as pa
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
+from polysql_ray.engines.declaration import ConnectionBehaviour, StructuralFacts
+from polysql_ray.engines.embedded import EmbeddedEngine, Unusable
+from polysql_ray.engines.identifiers import IdentifierRules
 
 S = ExecStatus
 
@@ -66,7 +68,7 @@ SANDBOX_SETTINGS: dict[str, object] = {
 }
 
 #: Settings that change results; each is a documented choice recorded in every cell key
-#: (``engines.registry.ENGINES["clickhouse"].semantic`` -> ``engine_fingerprint``).
+#: (``ClickHouseEngine.semantic_settings`` -> ``engine_fingerprint``).
 #: ``join_use_nulls=1``: outer joins fill missing sides with NULL as standard SQL does
 #: (ClickHouse's default 0 fills 0 / '' / 1970-01-01, which turns SQLite-correct
 #: ``LEFT JOIN ... WHERE x IS NULL`` into a wrong answer). Columns become Nullable on the
@@ -286,7 +288,7 @@ def arrow_result(payload: bytes) -> pa.Table:
     return table
 
 
-class ClickHouseEngine:
+class ClickHouseEngine(EmbeddedEngine):
     """:class:`~polysql_ray.engines.base.Engine` for ClickHouse replicas in chdb.
 
     Args:
@@ -299,13 +301,31 @@ class ClickHouseEngine:
 
     name = "clickhouse"
     dialect = "clickhouse"
+    settings = {"join_use_nulls": 1, "max_memory_usage": 2_000_000_000, "max_threads": 1}
+    semantic_settings = ("join_use_nulls",)
+    # ClickHouse "Syntax: Identifiers": case-sensitive, kept as written
+    identifiers = IdentifierRules(fold=None, tables_ci=False, columns_ci=False)
+    semantics = None  # not yet documented as flags (join_use_nulls is a recorded setting instead)
+    structural = StructuralFacts()  # nothing proven across it yet
+    type_map = {"INTEGER": "Int32", "SMALLINT": "Int16", "BIGINT": "Int64", "DOUBLE": "Float64",
+                "VARCHAR": "String", "BLOB": "String", "DECIMAL": "Decimal", "BOOLEAN": "Bool",
+                "DATE": "Date32", "TIMESTAMP": "DateTime64(6)"}
+    varchar_with_length = "String"
+    writer = "polysql_ray.replication.clickhouse_writer:ClickHouseWriter"
+    reader = None
+    sandbox = SANDBOX_SETTINGS  # on the connection, never in query text (+ per-query limits)
+    error_table = ERROR_CODES
+    denied_functions = DENIED_FUNCTIONS
+    connection = ConnectionBehaviour("per-limits")
+    prompt_rules = "clickhouse.yaml"
+    driver_errors = (Exception,)  # chdb raises plain exceptions whose message has "Code: N"
 
     def __init__(self, join_use_nulls: int = 1, max_memory_usage: int = 2_000_000_000,
                  max_threads: int = 1):
+        super().__init__()
         self.semantic = {**SEMANTIC_SETTINGS, "join_use_nulls": int(join_use_nulls)}
         self.resources = {"max_memory_usage": int(max_memory_usage), "max_threads": int(max_threads)}
         self._readers: dict[tuple, object] = {}
-        self._lock = threading.Lock()
 
     def _reader(self, limits: Limits):
         import chdb
@@ -320,46 +340,39 @@ class ClickHouseEngine:
             self._readers[key] = con
         return con
 
-    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
-        """Run one untrusted statement read-only (see module docstring). Never raises."""
-        from polysql_ray.engines.guard import check_statement
-
-        t0 = time.perf_counter()
-        verdict = check_statement(sql, self.dialect)
-        if verdict.action == "empty":
-            return ExecutionResult.failure(S.EMPTY, verdict.message)
-        if verdict.action == "reject":
-            return ExecutionResult.failure(S.REJECTED, verdict.message)
+    def missing(self, sql: str, location: str) -> ExecutionResult | None:
+        """REJECTED for a denied function/clause (:func:`sandbox_refusal`), UNAVAILABLE when
+        ``location`` holds no replica."""
         why = sandbox_refusal(sql)
         if why is not None:
             return ExecutionResult.failure(S.REJECTED, why)
         try:
-            spec = read_replica_spec(location)
+            read_replica_spec(location)
         except (OSError, ValueError) as e:
             return ExecutionResult.failure(S.UNAVAILABLE, f"replica not found: {location} ({e})")
-        with self._lock:
-            try:
-                db = load_replica(location, spec)
-                con = self._reader(limits)
-                con.query(f"USE {quote(db)}")  # trusted; model SQL can never run USE (guard)
-            except Exception as e:
-                return ExecutionResult.failure(S.UNAVAILABLE, f"cannot open replica {location}: {e}",
-                                               time.perf_counter() - t0)
-            try:
-                payload = con.query(sql, "Arrow").bytes()
-            except Exception as e:
-                msg = str(e)
-                status = classify_error(msg)
-                if status is S.TIMEOUT:
-                    msg = f"interrupted after {limits.timeout_s}s: {msg}"
-                return ExecutionResult.failure(status, msg, time.perf_counter() - t0)
-            try:
-                table = arrow_result(payload)
-            except Exception as e:  # a FORMAT clause chose another output format
-                return ExecutionResult.failure(
-                    S.REJECTED, f"result is not Arrow ({type(e).__name__}: {e}); the sandbox returns "
-                    f"results as Arrow only (no FORMAT clause)", time.perf_counter() - t0)
-        return ExecutionResult(S.OK, table, None, time.perf_counter() - t0)
+        return None
+
+    def open(self, location: str, limits: Limits):
+        """Load the replica into this process's chdb (once) and ``USE`` it on the read-only
+        connection for ``limits``."""
+        db = load_replica(location)
+        con = self._reader(limits)
+        con.query(f"USE {quote(db)}")  # trusted; model SQL can never run USE (guard)
+        return con
+
+    def run(self, con, sql: str, limits: Limits) -> pa.Table:
+        """Run on the ``readonly=1`` connection (row/byte caps and timeout are its settings);
+        the result must be Arrow."""
+        payload = con.query(sql, "Arrow").bytes()
+        try:
+            return arrow_result(payload)
+        except Exception as e:  # a FORMAT clause chose another output format
+            raise Unusable(S.REJECTED, f"result is not Arrow ({type(e).__name__}: {e}); the sandbox "
+                           f"returns results as Arrow only (no FORMAT clause)") from e
+
+    def classify(self, exc: BaseException, con) -> ExecStatus:
+        """:func:`classify_error` on the message's ``Code: N``."""
+        return classify_error(str(exc))
 
     def close(self) -> None:
         """Close the model-SQL connections (loaded databases stay until the process exits)."""
@@ -370,7 +383,6 @@ class ClickHouseEngine:
                 except Exception:
                     pass
             self._readers.clear()
-
 
 def content_id(files: dict[str, str], tables: list[dict], table_engine: str) -> str:
     """sha256 over the DDL and the data files' sha256 (names a loaded database)."""

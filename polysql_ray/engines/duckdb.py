@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 
 import duckdb
 import pyarrow as pa
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
-from polysql_ray.engines.guard import embedded_refusal
+from polysql_ray.engines.declaration import (
+    PORTABLE_CORE, PORTABLE_GUARDED, Semantics, StructuralFacts, StructuralIdentifiers,
+)
+from polysql_ray.engines.embedded import EmbeddedEngine, RowCapExceeded, Unusable
+from polysql_ray.engines.identifiers import IdentifierRules
 
 #: Passed to ``duckdb.connect`` (cannot be changed afterwards once the config is locked).
 CONNECT_CONFIG: dict[str, object] = {
@@ -96,7 +99,7 @@ def classify_error(exc: BaseException) -> ExecStatus:
     return ExecStatus.RUNTIME
 
 
-class DuckDBEngine:
+class DuckDBEngine(EmbeddedEngine):
     """:class:`~polysql_ray.engines.base.Engine` for DuckDB replica files.
 
     Args:
@@ -110,18 +113,41 @@ class DuckDBEngine:
 
     name = "duckdb"
     dialect = "duckdb"
+    settings = {"threads": 1, "memory_limit": "2GB"}
+    # DuckDB "Rules for Case Sensitivity": case-insensitive, even when quoted
+    identifiers = IdentifierRules(fold=None, tables_ci=True, columns_ci=True)
+    semantics = Semantics(integer_division=False, nulls_first_asc=False, ci_equals=False, ci_like=False)
+    structural = StructuralFacts(
+        identifiers=StructuralIdentifiers(True, True, False, "ci"),
+        portable_nodes=PORTABLE_CORE | PORTABLE_GUARDED, ordered_classes=frozenset({"num", "text"}),
+        numeric_plus=True, keywords="duckdb.txt")
+    type_map = {"INTEGER": "INTEGER", "SMALLINT": "SMALLINT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE",
+                "VARCHAR": "VARCHAR", "BLOB": "BLOB", "DECIMAL": "DECIMAL", "BOOLEAN": "BOOLEAN",
+                "DATE": "DATE", "TIMESTAMP": "TIMESTAMP"}
+    varchar_with_length = "VARCHAR"
+    writer = "polysql_ray.replication.duckdb_writer:DuckDBWriter"
+    reader = "polysql_ray.replication.duckdb_source:DuckDBReader"
+    sandbox = {"read_only": True, **CONNECT_CONFIG, "lock_configuration": True,
+               "statement_types": ALLOWED_STATEMENT_TYPES, "timeout": "con.interrupt()"}
+    error_table = ERROR_TABLE
+    denied_functions = frozenset()  # enable_external_access=false refuses file access itself
+    prompt_rules = "duckdb.yaml"
+    source_suffix = ".duckdb"
+    open_errors = (duckdb.Error,)
+    driver_errors = (duckdb.Error,)
 
     def __init__(self, threads: int = 1, memory_limit: str = "2GB", max_temp_size: str = "1GB"):
         import tempfile
 
+        super().__init__()
         self.threads = threads
         self.memory_limit = memory_limit
         self.max_temp_size = max_temp_size
         self._temp_dir = tempfile.mkdtemp(prefix="polysql-duckdb-")
         self._conns: dict[str, duckdb.DuckDBPyConnection] = {}
-        self._lock = threading.Lock()
 
-    def _open(self, location: str) -> duckdb.DuckDBPyConnection:
+    def open(self, location: str, limits: Limits) -> duckdb.DuckDBPyConnection:
+        """The cached read-only, locked-configuration connection to ``location``."""
         con = self._conns.get(location)
         if con is None:
             con = duckdb.connect(location, read_only=True, config={
@@ -133,35 +159,21 @@ class DuckDBEngine:
             self._conns[location] = con
         return con
 
-    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
-        """Run one untrusted statement read-only (see module docstring). Never raises."""
-        t0 = time.perf_counter()
-        refusal = embedded_refusal(sql, self.dialect, location, limits)
-        if refusal is not None:
-            return refusal
-        with self._lock:
-            try:
-                con = self._open(location)
-            except duckdb.Error as e:
-                return ExecutionResult.failure(ExecStatus.UNAVAILABLE, f"cannot open {location}: {e}",
-                                               time.perf_counter() - t0)
-            try:
-                statements = con.extract_statements(sql)
-            except duckdb.Error as e:
-                return ExecutionResult.failure(classify_error(e), str(e), time.perf_counter() - t0)
-            if len(statements) != 1:
-                return ExecutionResult.failure(
-                    ExecStatus.REJECTED if statements else ExecStatus.EMPTY,
-                    f"{len(statements)} statements; exactly one SELECT statement is allowed",
-                    time.perf_counter() - t0)
-            stype = statements[0].type.name
-            if stype not in ALLOWED_STATEMENT_TYPES:
-                return ExecutionResult.failure(
-                    ExecStatus.REJECTED, f"{stype} statement; only SELECT is allowed",
-                    time.perf_counter() - t0)
-            return self._run(con, sql, limits, t0)
+    def check(self, con, sql: str, limits: Limits) -> ExecutionResult | None:
+        """DuckDB's own parser: exactly one statement, of a type in :data:`ALLOWED_STATEMENT_TYPES`."""
+        statements = con.extract_statements(sql)
+        if len(statements) != 1:
+            return ExecutionResult.failure(
+                ExecStatus.REJECTED if statements else ExecStatus.EMPTY,
+                f"{len(statements)} statements; exactly one SELECT statement is allowed")
+        stype = statements[0].type.name
+        if stype not in ALLOWED_STATEMENT_TYPES:
+            return ExecutionResult.failure(ExecStatus.REJECTED, f"{stype} statement; only SELECT is allowed")
+        return None
 
-    def _run(self, con, sql: str, limits: Limits, t0: float) -> ExecutionResult:
+    def run(self, con, sql: str, limits: Limits) -> pa.Table:
+        """Stream the result in record batches, stopping past ``row_cap`` rows; a timer calls
+        ``con.interrupt()`` at the timeout."""
         timer = threading.Timer(limits.timeout_s, con.interrupt)
         timer.daemon = True
         timer.start()
@@ -169,28 +181,15 @@ class DuckDBEngine:
         try:
             rel = con.sql(sql)
             if rel is None:  # not a query (cannot happen after the type check)
-                return ExecutionResult.failure(ExecStatus.REJECTED, "statement returned no result",
-                                               time.perf_counter() - t0)
+                raise Unusable(ExecStatus.REJECTED, "statement returned no result")
             reader = rel.to_arrow_reader(BATCH_ROWS)
             batches, rows = [], 0
             for batch in reader:
                 rows += batch.num_rows
                 if rows > limits.row_cap:
-                    return ExecutionResult.failure(
-                        ExecStatus.TOO_LARGE, f"more than {limits.row_cap} rows",
-                        time.perf_counter() - t0)
+                    raise RowCapExceeded()
                 batches.append(batch)
-            table = pa.Table.from_batches(batches, schema=reader.schema)
-            return ExecutionResult(ExecStatus.OK, table, None, time.perf_counter() - t0)
-        except duckdb.Error as e:
-            status = classify_error(e)
-            msg = str(e)
-            if status is ExecStatus.TIMEOUT:
-                msg = f"interrupted after {limits.timeout_s}s: {msg}"
-            return ExecutionResult.failure(status, msg, time.perf_counter() - t0)
-        except Exception as e:  # pyarrow conversion etc.: never escape execute
-            return ExecutionResult.failure(ExecStatus.RUNTIME, f"{type(e).__name__}: {e}",
-                                           time.perf_counter() - t0)
+            return pa.Table.from_batches(batches, schema=reader.schema)
         finally:
             timer.cancel()
             if reader is not None:
@@ -199,6 +198,10 @@ class DuckDBEngine:
                 except Exception:
                     pass
             rel = None
+
+    def classify(self, exc: BaseException, con) -> ExecStatus:
+        """:func:`classify_error`."""
+        return classify_error(exc)
 
     def close(self) -> None:
         """Close every cached connection."""

@@ -1,6 +1,6 @@
 """How each engine resolves identifiers, as data, and the one rule that names a replica's objects.
 
-Facts (engine documentation):
+Facts (engine documentation; each engine class declares its own as ``identifiers``):
 
 | engine     | unquoted names   | tables                       | columns          | quote |
 |------------|------------------|------------------------------|------------------|-------|
@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from polysql_ray.engines.declaration import DeclaredTable
 
 #: A regular identifier: usable unquoted in every supported engine.
 REGULAR_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -97,17 +99,9 @@ class IdentifierRules:
         return self.quoted(stored) if self.needs_quotes(stored) else stored
 
 
-#: Engine name -> identifier rules (engines without a writer yet are listed for sources and docs).
-IDENTIFIER_RULES: dict[str, IdentifierRules] = {
-    "sqlite": IdentifierRules(fold=None, tables_ci=True, columns_ci=True),
-    "duckdb": IdentifierRules(fold=None, tables_ci=True, columns_ci=True),
-    "mysql": IdentifierRules(fold=None, tables_ci=None, columns_ci=True, quote="`"),
-    "postgres": IdentifierRules(fold="lower", tables_ci=False, columns_ci=False,
-                                reserved=POSTGRES_RESERVED),
-    "snowflake": IdentifierRules(fold="upper", tables_ci=False, columns_ci=False),
-    "clickhouse": IdentifierRules(fold=None, tables_ci=False, columns_ci=False),
-    "bigquery": IdentifierRules(fold=None, tables_ci=False, columns_ci=True, quote="`"),
-}
+#: Engine name -> identifier rules: each engine class declares its own ``identifiers``
+#: (``engines/<name>.py``); this is a read-through view of those declarations.
+IDENTIFIER_RULES: DeclaredTable = DeclaredTable(lambda cls: cls.identifiers)
 
 
 def identifier_rules(engine: str) -> IdentifierRules:

@@ -60,10 +60,9 @@ from typing import Any
 import pyarrow as pa
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
-from polysql_ray.engines.servers import LiveStopwatch as Stopwatch
-from polysql_ray.engines.servers import (
-    ConnectionPool, ServerSettings, classify, precheck, rows_to_arrow,
-)
+from polysql_ray.engines.declaration import ConnectionBehaviour, Semantics, StructuralFacts, StructuralIdentifiers
+from polysql_ray.engines.identifiers import IdentifierRules
+from polysql_ray.engines.servers import ConnectionPool, ServerEngine, ServerSettings, classify, rows_to_arrow
 
 S = ExecStatus
 
@@ -174,6 +173,11 @@ def _field_arrow() -> dict[int, pa.DataType]:
     return _FIELD_ARROW
 
 
+def _errno(exc: BaseException) -> int | None:
+    """The MySQL error number of a PyMySQL exception, else None."""
+    return exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+
+
 class _Conn:
     """A PyMySQL connection plus what we know about its session (flavour, timeout, db)."""
 
@@ -205,7 +209,7 @@ def server_flavour(raw) -> str:
         return "mariadb" if "mariadb" in str(cur.fetchone()[0]).lower() else "mysql"
 
 
-class MySQLEngine:
+class MySQLEngine(ServerEngine):
     """MySQL/MariaDB engine (``dialect = "mysql"``) - see the module docstring.
 
     Args:
@@ -218,8 +222,32 @@ class MySQLEngine:
 
     name = "mysql"
     dialect = "mysql"
-    #: UNAVAILABLE from a server (refused, lost, restarting) is transient: actors retry it
-    transient_unavailable = True
+    settings = {}
+    # MySQL 8.0 reference 11.2.3: columns case-insensitive; table names per lower_case_table_names
+    identifiers = IdentifierRules(fold=None, tables_ci=None, columns_ci=True, quote="`")
+    semantics = Semantics(integer_division=False, nulls_first_asc=True, ci_equals=True, ci_like=True)
+    # nothing proven across it: case- and accent-insensitive collations change =, GROUP BY, DISTINCT
+    structural = StructuralFacts(identifiers=StructuralIdentifiers(False, False, False, "exact"),
+                                 numeric_plus=True)
+    type_map = {"INTEGER": "INT", "SMALLINT": "SMALLINT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE",
+                "VARCHAR": "LONGTEXT", "BLOB": "LONGBLOB", "DECIMAL": "DECIMAL", "BOOLEAN": "BOOLEAN",
+                "DATE": "DATE", "TIMESTAMP": "DATETIME(6)"}
+    varchar_with_length = "VARCHAR({n})"
+    writer = "polysql_ray.replication.mysql:MySQLWriter"
+    reader = "polysql_ray.replication.mysql_source:MySQLReader"
+    sandbox = {"flavours": FLAVOURS, "role": "polysql_reader", "session_reset": "COM_RESET_CONNECTION",
+               "statement_check": "Com_select == 1", "multi_statements": False}
+    error_table = ERRNO_STATUS
+    denied_functions = DENIED_FUNCTIONS
+    denied_text = DENIED_TEXT
+    send_unmodified = True
+    connection = ConnectionBehaviour("pool", lost_connection_retries=1, fresh_session=True)
+    prompt_rules = "mysql.yaml"
+    # --pidfile: without it start-stop-daemon takes ANY mariadbd (a private instance on another
+    # port) for "already running" and starts nothing. lower_case_table_names=1: table names
+    # resolve case-insensitively, as on the SQLite sources (README "Replication").
+    server_start = ("start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid "
+                    "--exec /usr/sbin/mariadbd -- --lower-case-table-names=1")
 
     def __init__(self, settings: ServerSettings | dict | None = None) -> None:
         if not isinstance(settings, ServerSettings):
@@ -282,48 +310,31 @@ class MySQLEngine:
                         pass
                     self._control = None
 
-    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
-        """Run one untrusted statement read-only in database ``location``.
-
-        Never raises for bad SQL, timeouts, a missing database or an unreachable server.
-        """
+    # ------------------------------------------------------------------ execution hooks
+    def driver_errors(self) -> tuple[tuple, tuple]:
+        """PyMySQL errors: any on a statement, OperationalError when connecting."""
         import pymysql
 
-        with Stopwatch() as sw:
-            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS, limits=limits,
-                                    send_unmodified=True, denied_text=DENIED_TEXT)
-        if refusal is not None:
-            return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
-        last: Exception | None = None
-        with Stopwatch() as sw:  # sw.now(): live elapsed seconds
-            for _attempt in range(2):
-                try:
-                    with self.pool.acquire() as lease:
-                        try:
-                            res = self._run(lease, location, sql, limits)
-                        except pymysql.err.MySQLError as e:
-                            code = e.args[0] if e.args and isinstance(e.args[0], int) else None
-                            if (isinstance(e, pymysql.err.InterfaceError)
-                                    or code in LOST_CONNECTION_ERRNOS):
-                                lease.discard()
-                                last = e
-                                continue
-                            return ExecutionResult.failure(
-                                classify(code, ERRNO_STATUS, None, S.RUNTIME),
-                                f"[{code}] {e.args[1] if len(e.args) > 1 else e}", sw.now())
-                        except Exception as e:  # result conversion etc.: never escape
-                            lease.discard()
-                            return ExecutionResult.failure(S.RUNTIME, repr(e), sw.now())
-                    self.queries += 1
-                    res.elapsed_s = sw.now()
-                    return res
-                except pymysql.err.OperationalError as e:  # could not (re)connect
-                    last = e
-                except TimeoutError as e:
-                    return ExecutionResult.failure(S.UNAVAILABLE, str(e), sw.now())
-        return ExecutionResult.failure(S.UNAVAILABLE, f"connection lost: {last}", sw.now())
+        return (pymysql.err.MySQLError,), (pymysql.err.OperationalError,)
 
-    def _run(self, lease, location: str, sql: str, limits: Limits) -> ExecutionResult:
+    def acquire(self, limits: Limits):
+        """A pooled connection."""
+        return self.pool.acquire()
+
+    def lost(self, exc: BaseException, lease) -> bool:
+        """An interface error or a lost-connection number (:data:`LOST_CONNECTION_ERRNOS`)."""
+        import pymysql
+
+        return isinstance(exc, pymysql.err.InterfaceError) or _errno(exc) in LOST_CONNECTION_ERRNOS
+
+    def failure(self, e: BaseException, lease, limits: Limits, elapsed_s: float) -> ExecutionResult:
+        """Status by error number (:data:`ERRNO_STATUS`)."""
+        code = _errno(e)
+        return ExecutionResult.failure(classify(code, ERRNO_STATUS, None, S.RUNTIME),
+                                       f"[{code}] {e.args[1] if len(e.args) > 1 else e}", elapsed_s)
+
+    def run(self, lease, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        """Reset the session, select the database, run under the watchdog (module docstring)."""
         import threading
 
         import pymysql

@@ -47,8 +47,11 @@ from typing import Any
 import pyarrow as pa
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
-from polysql_ray.engines.servers import LiveStopwatch as Stopwatch
-from polysql_ray.engines.servers import ConnectionPool, ServerSettings, classify, rows_to_arrow
+from polysql_ray.engines.declaration import (
+    PORTABLE_CORE, PORTABLE_GUARDED, ConnectionBehaviour, Semantics, StructuralFacts, StructuralIdentifiers,
+)
+from polysql_ray.engines.identifiers import POSTGRES_RESERVED, IdentifierRules
+from polysql_ray.engines.servers import ConnectionPool, ServerEngine, ServerSettings, classify, rows_to_arrow
 
 S = ExecStatus
 
@@ -164,7 +167,7 @@ def connect(settings: ServerSettings, admin: bool = False, dbname: str | None = 
     return psycopg.connect(autocommit=autocommit, **_connect_kwargs(settings, admin, dbname))
 
 
-class PostgresEngine:
+class PostgresEngine(ServerEngine):
     """PostgreSQL engine (``dialect = "postgres"``) - see the module docstring.
 
     Args:
@@ -177,8 +180,31 @@ class PostgresEngine:
 
     name = "postgres"
     dialect = "postgres"
-    #: UNAVAILABLE from a server (refused, lost, restarting) is transient: actors retry it
-    transient_unavailable = True
+    settings = {}
+    # PostgreSQL 15 docs 4.1.1: unquoted names fold to lower case, quoted ones are exact
+    identifiers = IdentifierRules(fold="lower", tables_ci=False, columns_ci=False,
+                                  reserved=POSTGRES_RESERVED)
+    semantics = Semantics(integer_division=True, nulls_first_asc=False, ci_equals=False, ci_like=False)
+    structural = StructuralFacts(
+        identifiers=StructuralIdentifiers(True, False, False, "exact"),
+        portable_nodes=PORTABLE_CORE | PORTABLE_GUARDED,
+        ordered_classes=frozenset({"num"}),  # text orders by the locale's collation
+        numeric_plus=True, keywords="postgres.txt")
+    type_map = {"INTEGER": "INTEGER", "SMALLINT": "SMALLINT", "BIGINT": "BIGINT",
+                "DOUBLE": "DOUBLE PRECISION", "VARCHAR": "TEXT", "BLOB": "BYTEA", "DECIMAL": "NUMERIC",
+                "BOOLEAN": "BOOLEAN", "DATE": "DATE", "TIMESTAMP": "TIMESTAMP"}
+    varchar_with_length = "VARCHAR({n})"
+    writer = "polysql_ray.replication.postgres:PostgresWriter"
+    reader = "polysql_ray.replication.postgres_source:PostgresReader"
+    sandbox = {"transaction": "READ ONLY", "statement_timeout": "limits.timeout_s", "role": "polysql_reader",
+               "revoked_functions": REVOKED_FUNCTIONS, "revoked_views": REVOKED_VIEWS,
+               "session_reset": "ROLLBACK; DISCARD ALL"}
+    error_table = {**SQLSTATE_STATUS, **SQLSTATE_CLASS_STATUS}
+    denied_functions = DENIED_FUNCTIONS
+    connection = ConnectionBehaviour("pool", lost_connection_retries=1, fresh_session=True)
+    prompt_rules = "postgres.yaml"
+    source_dump_suffix = ".sql"  # a plain-SQL pg_dump (replication/postgres_source.py)
+    server_start = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
 
     def __init__(self, settings: ServerSettings | dict | None = None) -> None:
         if not isinstance(settings, ServerSettings):
@@ -197,54 +223,29 @@ class PostgresEngine:
         s = self.settings
         return f"PostgresEngine({s.user}@{s.host}:{s.port}/{s.database}, pool={s.pool_size})"
 
-    # ------------------------------------------------------------------ execution
-    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
-        """Run one untrusted statement read-only in schema ``location``.
-
-        Returns a typed :class:`ExecutionResult`; never raises for bad SQL, timeouts, missing
-        schemas (UNAVAILABLE) or an unreachable server (UNAVAILABLE).
-        """
-        from polysql_ray.engines.servers import precheck
-
-        with Stopwatch() as sw:
-            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS, limits=limits)
-        if refusal is not None:
-            return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
+    # ------------------------------------------------------------------ execution hooks
+    def driver_errors(self) -> tuple[tuple, tuple]:
+        """psycopg errors: any on a statement, OperationalError when connecting."""
         import psycopg
 
-        last: Exception | None = None
-        with Stopwatch() as sw:  # sw.now(): live elapsed seconds
-            for attempt in range(2):  # one transparent retry on a lost connection
-                try:
-                    with self.pool.acquire() as lease:
-                        try:
-                            res = self._run(lease.conn, location, sql, limits)
-                        except psycopg.Error as e:
-                            if lease.conn.broken or lease.conn.closed:
-                                lease.discard()
-                                last = e
-                                continue
-                            return self._failure(e, sw)
-                        except Exception as e:  # result conversion etc.: never escape
-                            lease.discard()
-                            return ExecutionResult.failure(S.RUNTIME, repr(e), sw.now())
-                        finally:
-                            self._reset(lease)
-                    self.queries += 1
-                    res.elapsed_s = sw.now()
-                    return res
-                except psycopg.OperationalError as e:  # could not (re)connect
-                    last = e
-                except TimeoutError as e:
-                    return ExecutionResult.failure(S.UNAVAILABLE, str(e), sw.now())
-        return ExecutionResult.failure(S.UNAVAILABLE, f"connection lost: {last}", sw.now())
+        return (psycopg.Error,), (psycopg.OperationalError,)
 
-    def _run(self, conn, location: str, sql: str, limits: Limits) -> ExecutionResult:
+    def acquire(self, limits: Limits):
+        """A pooled connection."""
+        return self.pool.acquire()
+
+    def lost(self, exc: BaseException, lease) -> bool:
+        """The connection broke (backend terminated, server restart)."""
+        return bool(lease.conn.broken or lease.conn.closed)
+
+    def run(self, lease, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        """Read-only transaction, statement timeout, server-side cursor (module docstring)."""
         import threading
         import time
 
         from psycopg import sql as psql
 
+        conn = lease.conn
         if location not in self._known_locations:
             row = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [location]).fetchone()
             if row is None:
@@ -286,10 +287,10 @@ class PostgresEngine:
             timer.cancel()
             try:
                 cur.close()
-            except Exception:  # noqa: BLE001 - aborted transaction: _reset rolls back
+            except Exception:  # noqa: BLE001 - aborted transaction: after() rolls back
                 pass
 
-    def _reset(self, lease) -> None:
+    def after(self, lease) -> None:
         """A fresh session for the next statement: ``ROLLBACK``, ``DISCARD ALL``; the
         connection is dropped when that fails or it is still not idle (aborted transaction)."""
         import psycopg
@@ -306,11 +307,12 @@ class PostgresEngine:
         except Exception:  # noqa: BLE001 - any trouble: never reuse this session
             lease.discard()
 
-    def _failure(self, e: Exception, sw: Stopwatch) -> ExecutionResult:
+    def failure(self, e: BaseException, lease, limits: Limits, elapsed_s: float) -> ExecutionResult:
+        """Status by SQLSTATE (:data:`SQLSTATE_STATUS`, then :data:`SQLSTATE_CLASS_STATUS`)."""
         code = getattr(e, "sqlstate", None)
         status = classify(code, SQLSTATE_STATUS, SQLSTATE_CLASS_STATUS, S.RUNTIME)
         msg = f"[{code}] {e}" if code else str(e)
-        return ExecutionResult.failure(status, msg, sw.now())
+        return ExecutionResult.failure(status, msg, elapsed_s)
 
     def close(self) -> None:
         """Close pooled connections."""

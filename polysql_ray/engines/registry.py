@@ -1,25 +1,50 @@
-"""Engine registry: engine name -> class, default sqlglot dialect and settings, as data.
+"""Engine registry: every engine class declared in the ``engines`` package, by name.
 
-``make_engine("duckdb", threads=2)`` builds an engine; settings given override
-:data:`ENGINES`' defaults. The dialect name equals the engine name for now (``sqlite``,
-``duckdb``; later ``postgres``, ``mysql``, ``clickhouse``): add one :class:`EngineSpec` row
-per new engine module.
+An engine registers itself by being declared (``engines/declaration.py``): the first lookup
+imports every module of this package, and each module that defines an engine class (one with
+its own ``name``) adds it. Nothing here lists engines: adding one touches its own module and
+files only. ``make_engine("duckdb", threads=2)`` builds an engine; settings given override the
+class's declared defaults.
+
+The tables :data:`ENGINES`, :data:`DIALECTS` and :data:`SEMANTICS` are read-through views of
+the declarations (:class:`~polysql_ray.engines.declaration.DeclaredTable`).
 """
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from dataclasses import dataclass, field
 
 from polysql_ray.engines.base import Engine
-from polysql_ray.engines.identifiers import IDENTIFIER_RULES, IdentifierRules
+from polysql_ray.engines.declaration import (  # noqa: F401 (Semantics: re-exported)
+    _GENERATION, _LOCK, DeclaredTable, Semantics, StructuralFacts, registered,
+)
+from polysql_ray.engines.identifiers import IdentifierRules
+
+_DISCOVERED = [False]
+
+
+def declared_engines() -> dict[str, type]:
+    """Engine name -> declared class, after importing every module of ``polysql_ray.engines``
+    once (modules that declare no engine are harmless). Raises what an engine module raises
+    on import."""
+    if not _DISCOVERED[0]:
+        with _LOCK:
+            if not _DISCOVERED[0]:
+                import polysql_ray.engines as package
+
+                for info in pkgutil.iter_modules(package.__path__):
+                    importlib.import_module(f"{package.__name__}.{info.name}")
+                _DISCOVERED[0] = True
+    return registered()
 
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """One registry row.
+    """One engine's registry row (a summary of its declaration).
 
     Attributes:
-        cls: ``"module:Class"`` of the engine (imported lazily: server drivers stay optional).
+        cls: ``"module:Class"`` of the engine.
         dialect: sqlglot dialect of the SQL the engine accepts.
         embedded: True when ``location`` is a local file (replicas live under replicas_dir).
         settings: default constructor keyword arguments.
@@ -39,61 +64,76 @@ class EngineSpec:
     semantic: tuple[str, ...] = ()
 
 
+def _spec(cls: type) -> EngineSpec:
+    return EngineSpec(f"{cls.__module__}:{cls.__qualname__}", cls.dialect, cls.embedded,
+                      dict(cls.settings), cls.takes_mapping, cls.identifiers, tuple(cls.semantic_settings))
+
+
 #: Engine name -> spec.
-ENGINES: dict[str, EngineSpec] = {
-    "sqlite": EngineSpec("polysql_ray.engines.sqlite:SqliteEngine", "sqlite", True,
-                         {"progress_steps": 1000}, identifiers=IDENTIFIER_RULES["sqlite"]),
-    "duckdb": EngineSpec("polysql_ray.engines.duckdb:DuckDBEngine", "duckdb", True,
-                         {"threads": 1, "memory_limit": "2GB"}, identifiers=IDENTIFIER_RULES["duckdb"]),
-    "postgres": EngineSpec("polysql_ray.engines.postgres:PostgresEngine", "postgres", False, takes_mapping=True,
-                           identifiers=IDENTIFIER_RULES["postgres"]),
-    "mysql": EngineSpec("polysql_ray.engines.mysql:MySQLEngine", "mysql", False, takes_mapping=True,
-                        identifiers=IDENTIFIER_RULES["mysql"]),
-    "clickhouse": EngineSpec("polysql_ray.engines.clickhouse:ClickHouseEngine", "clickhouse", True,
-                             {"join_use_nulls": 1, "max_memory_usage": 2_000_000_000, "max_threads": 1},
-                             identifiers=IDENTIFIER_RULES["clickhouse"], semantic=("join_use_nulls",)),
-    "snowflake": EngineSpec("polysql_ray.engines.snowflake:SnowflakeEngine", "snowflake", False, takes_mapping=True,
-                            identifiers=IDENTIFIER_RULES["snowflake"]),
-    "bigquery": EngineSpec("polysql_ray.engines.bigquery:BigQueryEngine", "bigquery", False, takes_mapping=True,
-                           identifiers=IDENTIFIER_RULES["bigquery"]),
-}
+ENGINES: DeclaredTable = DeclaredTable(_spec)
+
+#: Engine name -> its :class:`Semantics` (engines that declare them).
+SEMANTICS: DeclaredTable = DeclaredTable(lambda cls: cls.semantics)
+
+
+def engine_class(name: str) -> type:
+    """The declared class of engine ``name``; ``KeyError`` naming the known engines otherwise."""
+    engines = declared_engines()
+    try:
+        return engines[name]
+    except KeyError:
+        raise KeyError(f"unknown engine {name!r}; known: {sorted(engines)}") from None
 
 
 def engine_spec(name: str) -> EngineSpec:
     """The registry row of ``name``; ``KeyError`` naming the known engines otherwise."""
-    try:
-        return ENGINES[name]
-    except KeyError:
-        raise KeyError(f"unknown engine {name!r}; known: {sorted(ENGINES)}") from None
+    return _spec(engine_class(name))
 
 
 def default_dialect(name: str) -> str:
     """sqlglot dialect name of engine ``name``."""
-    return engine_spec(name).dialect
+    return engine_class(name).dialect
 
 
 def engine_fingerprint(name: str, settings: dict | None = None) -> str:
     """``name:k=v,...`` over the engine's result-changing settings (defaults overridden by
     ``settings``); "" for engines that declare none (their cell keys stay as they were)."""
-    spec = engine_spec(name)
-    merged = {**spec.settings, **(settings or {})}
-    if not spec.semantic:
+    cls = engine_class(name)
+    merged = {**cls.settings, **(settings or {})}
+    if not cls.semantic_settings:
         return ""
-    return f"{name}:" + ",".join(f"{k}={merged.get(k)}" for k in spec.semantic)
+    return f"{name}:" + ",".join(f"{k}={merged.get(k)}" for k in cls.semantic_settings)
 
 
 def make_engine(name: str, **settings) -> Engine:
     """Instantiate engine ``name`` with its default settings overridden by ``settings``."""
-    spec = engine_spec(name)
-    module, _, cls = spec.cls.partition(":")
-    merged = {**spec.settings, **settings}
-    klass = getattr(importlib.import_module(module), cls)
-    return klass(merged) if spec.takes_mapping else klass(**merged)
+    cls = engine_class(name)
+    merged = {**cls.settings, **settings}
+    return cls(merged) if cls.takes_mapping else cls(**merged)
+
+
+def _dialect_rows(cls: type) -> list[str]:
+    """Target-dialect names an engine runs: its own name and its ``aliases`` (the sqlglot
+    ``dialect`` may be shared, e.g. a variant engine over SQLite)."""
+    return [cls.name, *cls.aliases]
+
+
+class _Dialects(DeclaredTable):
+    """Target dialect name -> engine name (each engine's dialect and its aliases)."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda cls: cls.name)
+
+    def _data(self) -> dict[str, str]:
+        if self._cache is None or self._cache[0] != _GENERATION[0]:
+            engines = declared_engines()
+            self._cache = (_GENERATION[0], {d: cls.name for cls in engines.values() for d in _dialect_rows(cls)})
+        return {**self._cache[1], **self._overrides} if self._overrides else self._cache[1]
 
 
 #: Target dialect name -> engine that runs SQL written for it. One row per dialect; several
 #: dialects may share an engine (e.g. ``mariadb`` -> ``mysql``).
-DIALECTS: dict[str, str] = {name: name for name in ENGINES}
+DIALECTS: DeclaredTable = _Dialects()
 
 
 def engine_for_dialect(dialect: str) -> str:
@@ -107,31 +147,17 @@ def engine_for_dialect(dialect: str) -> str:
         raise KeyError(f"unknown dialect {dialect!r}; known dialects: {sorted(DIALECTS)}") from None
 
 
-
-@dataclass(frozen=True)
-class Semantics:
-    """Dialect semantics that change results of the same SQL on the same data (engine facts,
-    from each engine's documentation; used only to flag ambiguity, never to change a verdict).
-
-    Attributes:
-        integer_division: ``int / int`` truncates (SQLite, PostgreSQL) instead of giving an exact
-            or float quotient (MySQL, DuckDB).
-        nulls_first_asc: NULL sorts first under ``ORDER BY x ASC`` (SQLite, MySQL); PostgreSQL
-            and DuckDB put NULLs last.
-        ci_equals: ``=`` on strings ignores case under the default collation (MySQL/MariaDB).
-        ci_like: ``LIKE`` ignores (ASCII) case (SQLite, MySQL; not PostgreSQL, DuckDB).
-    """
-
-    integer_division: bool
-    nulls_first_asc: bool
-    ci_equals: bool
-    ci_like: bool
+_FACTS_CACHE: dict = {}
 
 
-#: Engine name -> its :class:`Semantics`.
-SEMANTICS: dict[str, Semantics] = {
-    "sqlite": Semantics(integer_division=True, nulls_first_asc=True, ci_equals=False, ci_like=True),
-    "duckdb": Semantics(integer_division=False, nulls_first_asc=False, ci_equals=False, ci_like=False),
-    "postgres": Semantics(integer_division=True, nulls_first_asc=False, ci_equals=False, ci_like=False),
-    "mysql": Semantics(integer_division=False, nulls_first_asc=True, ci_equals=True, ci_like=True),
-}
+def structural_facts(dialect: str) -> StructuralFacts:
+    """:class:`~polysql_ray.engines.declaration.StructuralFacts` of the engine running
+    ``dialect``; the default (nothing provable across dialects) for an unknown dialect.
+    Cached per registry generation (the structural check asks once per syntax-tree node)."""
+    key = (dialect, _GENERATION[0])
+    facts = _FACTS_CACHE.get(key)
+    if facts is None:
+        engine = DIALECTS.get(dialect)
+        facts = engine_class(engine).structural if engine is not None else StructuralFacts()
+        _FACTS_CACHE[key] = facts
+    return facts

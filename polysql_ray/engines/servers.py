@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
+from polysql_ray.engines.declaration import EngineDeclaration
+
 C = TypeVar("C")
 
 #: Prefix of every replicated database/schema; the reader role is granted exactly these.
@@ -401,3 +403,102 @@ class LiveStopwatch:
 
     def __exit__(self, *exc) -> None:
         self.elapsed = self.now()
+
+
+class ServerEngine(EngineDeclaration):
+    """The one execute path of server engines (PostgreSQL, MySQL/MariaDB, Snowflake, BigQuery).
+
+    :meth:`execute` is the whole call; an engine supplies hooks only:
+
+    1. :func:`precheck` with the engine's :attr:`denied_functions`, :attr:`denied_text` and
+       :attr:`send_unmodified` (length cap, statement guard, denied calls);
+    2. :meth:`acquire` lends a connection (a :class:`Lease`) for ``limits``; the errors of
+       :meth:`driver_errors` ``[1]`` while connecting, and a pool that stays full
+       (``TimeoutError``), are UNAVAILABLE;
+    3. :meth:`run` executes the statement on the lease and returns a typed
+       :class:`~polysql_ray.engines.base.ExecutionResult` (its own row cap and timeout);
+       a driver error (``driver_errors()[0]``) on a connection that :meth:`lost` is dropped
+       and the statement retried on a fresh one, ``connection.lost_connection_retries``
+       times; any other driver error becomes :meth:`failure` (the engine's error table);
+       anything else is RUNTIME and the connection is dropped;
+    4. :meth:`after` runs after every statement (session reset); ``queries`` counts the
+       statements that reached the server.
+
+    Mixed into a :class:`~polysql_ray.engines.declaration.EngineDeclaration` subclass.
+    """
+
+    embedded = False
+    takes_mapping = True
+    transient_unavailable = True
+    #: words refused anywhere in the ASCII-folded text (see :func:`precheck`)
+    denied_text: tuple[str, ...] = ()
+    #: send the statement as written (MySQL: comments are executed), else cut to one statement
+    send_unmodified = False
+    #: prefix of the UNAVAILABLE message when no connection could be made
+    unreachable = "connection lost"
+    queries = 0
+
+    # ------------------------------------------------------------------ hooks
+    def driver_errors(self) -> tuple[tuple, tuple]:
+        """``(statement errors, connect errors)``: exception classes of the driver (imported
+        lazily: drivers stay optional)."""
+        raise NotImplementedError
+
+    def acquire(self, limits):
+        """Context manager lending a :class:`Lease` on a connection fit for ``limits``."""
+        raise NotImplementedError
+
+    def run(self, lease: "Lease", location: str, sql: str, limits):
+        """Run ``sql`` in ``location`` on ``lease.conn``; a typed ExecutionResult."""
+        raise NotImplementedError
+
+    def lost(self, exc: BaseException, lease: "Lease") -> bool:
+        """True when ``exc`` means the connection is dead (retry on a fresh one)."""
+        return False
+
+    def failure(self, exc: BaseException, lease: "Lease", limits, elapsed_s: float):
+        """The typed failure of a statement error ``exc`` (the engine's error table)."""
+        raise NotImplementedError
+
+    def after(self, lease: "Lease") -> None:
+        """Runs after every statement on its lease (e.g. reset the session)."""
+
+    # ------------------------------------------------------------------ the one path
+    def execute(self, location: str, sql: str, limits):
+        """Run one untrusted statement read-only in ``location`` (the replica's database,
+        schema or dataset name). Never raises for bad SQL, timeouts, a missing replica or an
+        unreachable server: those are typed results (see the class docstring)."""
+        from polysql_ray.engines.base import ExecStatus, ExecutionResult
+
+        with LiveStopwatch() as sw:
+            refusal, sql = precheck(sql, self.dialect, self.denied_functions, limits=limits,
+                                    send_unmodified=self.send_unmodified, denied_text=self.denied_text)
+        if refusal is not None:
+            return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
+        statement_errors, connect_errors = self.driver_errors()
+        last: BaseException | None = None
+        with LiveStopwatch() as sw:
+            for _attempt in range(1 + self.connection.lost_connection_retries):
+                try:
+                    with self.acquire(limits) as lease:
+                        try:
+                            res = self.run(lease, location, sql, limits)
+                        except statement_errors as e:
+                            if self.lost(e, lease):
+                                lease.discard()
+                                last = e
+                                continue
+                            return self.failure(e, lease, limits, sw.now())
+                        except Exception as e:  # result conversion etc.: never escape
+                            lease.discard()
+                            return ExecutionResult.failure(ExecStatus.RUNTIME, repr(e), sw.now())
+                        finally:
+                            self.after(lease)
+                    self.queries += 1
+                    res.elapsed_s = sw.now()
+                    return res
+                except connect_errors as e:  # could not (re)connect
+                    last = e
+                except TimeoutError as e:
+                    return ExecutionResult.failure(ExecStatus.UNAVAILABLE, str(e), sw.now())
+        return ExecutionResult.failure(ExecStatus.UNAVAILABLE, f"{self.unreachable}: {last}", sw.now())

@@ -30,8 +30,9 @@ from typing import Any
 import pyarrow as pa
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
-from polysql_ray.engines.servers import LiveStopwatch as Stopwatch
-from polysql_ray.engines.servers import ConnectionPool, ServerSettings, classify, rows_to_arrow
+from polysql_ray.engines.declaration import ConnectionBehaviour, StructuralFacts
+from polysql_ray.engines.identifiers import IdentifierRules
+from polysql_ray.engines.servers import ConnectionPool, ServerEngine, ServerSettings, classify, rows_to_arrow
 
 S = ExecStatus
 
@@ -147,7 +148,7 @@ def connect(settings: ServerSettings, admin: bool = False, timeout_s: float | No
     return sc.connect(**kw)
 
 
-class SnowflakeEngine:
+class SnowflakeEngine(ServerEngine):
     """Snowflake engine (``dialect = "snowflake"``); ``location`` is the replica schema name.
 
     Args:
@@ -156,11 +157,32 @@ class SnowflakeEngine:
 
     name = "snowflake"
     dialect = "snowflake"
+    settings = {}
+    # Snowflake "Identifier requirements": unquoted names resolve upper case
+    identifiers = IdentifierRules(fold="upper", tables_ci=False, columns_ci=False)
+    semantics = None  # not yet documented as flags
+    structural = StructuralFacts()  # nothing proven across it yet
+    # Snowflake DOUBLE (= FLOAT) is an 8-byte double; NUMBER(38,0) is Snowflake's integer.
+    type_map = {"SMALLINT": "SMALLINT", "INTEGER": "INTEGER", "BIGINT": "NUMBER(38,0)", "DOUBLE": "DOUBLE",
+                "VARCHAR": "VARCHAR", "BLOB": "BINARY", "DECIMAL": "NUMBER", "BOOLEAN": "BOOLEAN",
+                "DATE": "DATE", "TIMESTAMP": "TIMESTAMP_NTZ"}
+    varchar_with_length = "VARCHAR({n})"
+    writer = "polysql_ray.replication.snowflake_writer:SnowflakeWriter"
+    reader = None
+    sandbox = {**SESSION_PARAMETERS, "STATEMENT_TIMEOUT_IN_SECONDS": "limits.timeout_s",
+               "role": "least-privilege reader (settings.role)"}
+    error_table = {**ERRNO_STATUS, **SQLSTATE_STATUS}
+    denied_functions = DENIED_FUNCTIONS
+    transient_unavailable = False
+    connection = ConnectionBehaviour("pool")  # one pool per statement timeout (a session parameter)
+    prompt_rules = "snowflake.yaml"
+    unreachable = "snowflake unreachable"
 
     def __init__(self, settings: ServerSettings | dict | None = None) -> None:
         if not isinstance(settings, ServerSettings):
             settings = ServerSettings.from_dict(settings, **DEFAULTS)
         self.settings = settings
+        self.queries = 0
         self._pools: dict[float, ConnectionPool] = {}
 
     def _pool(self, timeout_s: float) -> ConnectionPool:
@@ -171,46 +193,47 @@ class SnowflakeEngine:
             self._pools[timeout_s] = pool
         return pool
 
-    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
-        """Run one untrusted statement in schema ``location``. Never raises."""
-        from polysql_ray.engines.servers import precheck
-
-        with Stopwatch() as sw:
-            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS)
-        if refusal is not None:
-            return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
+    # ------------------------------------------------------------------ execution hooks
+    def driver_errors(self) -> tuple[tuple, tuple]:
+        """Connector errors on a statement; connector and socket errors when connecting."""
         import snowflake.connector.errors as sfe
 
-        with Stopwatch() as sw:
-            try:
-                with self._pool(limits.timeout_s).acquire() as lease:
-                    cur = lease.conn.cursor()
-                    try:
-                        cur.execute(f'USE SCHEMA "{self.settings.database}"."{location}"')
-                    except sfe.Error as e:
-                        return ExecutionResult.failure(S.UNAVAILABLE, f"replica schema {location!r}: {e}", sw.now())
-                    try:
-                        cur.execute(sql)
-                        rows = cur.fetchmany(limits.row_cap + 1)
-                    except sfe.OperationalError as e:
-                        lease.discard()
-                        if sw.now() >= limits.timeout_s and e.errno == 250003:
-                            return ExecutionResult.failure(
-                                S.TIMEOUT, f"client gave up after {sw.now():.1f}s (the server did not "
-                                f"enforce STATEMENT_TIMEOUT_IN_SECONDS={limits.timeout_s:g}): {e}", sw.now())
-                        return ExecutionResult.failure(classify_error(e.errno, e.sqlstate, str(e)), str(e), sw.now())
-                    except sfe.Error as e:
-                        return ExecutionResult.failure(classify_error(e.errno, e.sqlstate, str(e)),
-                                                       f"[{e.errno}] {e}", sw.now())
-                    if len(rows) > limits.row_cap:
-                        return ExecutionResult.failure(S.TOO_LARGE, f"more than {limits.row_cap} rows",
-                                                       sw.now())
-                    desc = cur.description or []
-                    table = rows_to_arrow([d.name for d in desc], [tuple(r) for r in rows],
-                                          [TYPE_CODE_ARROW.get(d.type_code, pa.null()) for d in desc])
-                    return ExecutionResult(S.OK, table, None, sw.now())
-            except (sfe.Error, TimeoutError, OSError) as e:  # could not connect
-                return ExecutionResult.failure(S.UNAVAILABLE, f"snowflake unreachable: {e}", sw.now())
+        return (sfe.Error,), (sfe.Error, OSError)
+
+    def acquire(self, limits: Limits):
+        """A connection of the pool whose sessions carry ``STATEMENT_TIMEOUT_IN_SECONDS``."""
+        return self._pool(limits.timeout_s).acquire()
+
+    def run(self, lease, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        """``USE SCHEMA`` the replica (UNAVAILABLE when missing), run, fetch ``row_cap + 1``."""
+        import snowflake.connector.errors as sfe
+
+        cur = lease.conn.cursor()
+        try:
+            cur.execute(f'USE SCHEMA "{self.settings.database}"."{location}"')
+        except sfe.Error as e:
+            return ExecutionResult.failure(S.UNAVAILABLE, f"replica schema {location!r}: {e}")
+        cur.execute(sql)
+        rows = cur.fetchmany(limits.row_cap + 1)
+        if len(rows) > limits.row_cap:
+            return ExecutionResult.failure(S.TOO_LARGE, f"more than {limits.row_cap} rows")
+        desc = cur.description or []
+        table = rows_to_arrow([d.name for d in desc], [tuple(r) for r in rows],
+                              [TYPE_CODE_ARROW.get(d.type_code, pa.null()) for d in desc])
+        return ExecutionResult(S.OK, table, None)
+
+    def failure(self, e: BaseException, lease, limits: Limits, elapsed_s: float) -> ExecutionResult:
+        """:func:`classify_error`; a network error past the timeout is the client giving up."""
+        import snowflake.connector.errors as sfe
+
+        if isinstance(e, sfe.OperationalError):
+            lease.discard()
+            if elapsed_s >= limits.timeout_s and e.errno == 250003:
+                return ExecutionResult.failure(
+                    S.TIMEOUT, f"client gave up after {elapsed_s:.1f}s (the server did not "
+                    f"enforce STATEMENT_TIMEOUT_IN_SECONDS={limits.timeout_s:g}): {e}", elapsed_s)
+            return ExecutionResult.failure(classify_error(e.errno, e.sqlstate, str(e)), str(e), elapsed_s)
+        return ExecutionResult.failure(classify_error(e.errno, e.sqlstate, str(e)), f"[{e.errno}] {e}", elapsed_s)
 
     def close(self) -> None:
         """Close pooled connections."""

@@ -34,14 +34,17 @@ from __future__ import annotations
 
 import math
 import sqlite3
-import threading
 import time
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
-from polysql_ray.engines.guard import embedded_refusal
+from polysql_ray.engines.base import ExecStatus, Limits
+from polysql_ray.engines.declaration import (
+    PORTABLE_CORE, PORTABLE_GUARDED, Semantics, StructuralFacts, StructuralIdentifiers,
+)
+from polysql_ray.engines.embedded import EmbeddedEngine, RowCapExceeded, Unusable
+from polysql_ray.engines.identifiers import IdentifierRules
 
 #: Authorizer action codes allowed; everything else is denied.
 ALLOWED_ACTIONS: frozenset[int] = frozenset({
@@ -136,7 +139,7 @@ class _Conn:
     timed_out: bool = False
 
 
-class SqliteEngine:
+class SqliteEngine(EmbeddedEngine):
     """:class:`~polysql_ray.engines.base.Engine` for SQLite files (gold SQL on Spider/BIRD).
 
     Args:
@@ -149,11 +152,31 @@ class SqliteEngine:
 
     name = "sqlite"
     dialect = "sqlite"
+    settings = {"progress_steps": 1000}
+    # SQLite "SQL As Understood By SQLite": names resolve case-insensitively, quoted or not
+    identifiers = IdentifierRules(fold=None, tables_ci=True, columns_ci=True)
+    semantics = Semantics(integer_division=True, nulls_first_asc=True, ci_equals=False, ci_like=True)
+    structural = StructuralFacts(
+        identifiers=StructuralIdentifiers(True, True, True, "ci"),
+        portable_nodes=PORTABLE_CORE | PORTABLE_GUARDED, ordered_classes=frozenset({"num", "text"}),
+        numeric_plus=True, left_collation=True, keywords="sqlite.txt")
+    type_map = None  # the writer keeps SQLite's own declared types (replication/sqlite_writer.py)
+    varchar_with_length = None
+    writer = "polysql_ray.replication.sqlite_writer:SqliteWriter"
+    reader = "polysql_ray.replication.sqlite_reader:SqliteReader"
+    sandbox = {"uri": "file:<path>?mode=ro", "pragma": "query_only=1", "authorizer_allows": ALLOWED_ACTIONS,
+               "timeout": "progress handler interrupt"}
+    error_table = ERROR_TABLE
+    denied_functions = DENIED_FUNCTIONS
+    prompt_rules = "sqlite.yaml"
+    source_suffix = ".sqlite"
+    open_errors = (sqlite3.Error,)
+    driver_errors = (sqlite3.Error, sqlite3.Warning)
 
     def __init__(self, progress_steps: int = 1000):
+        super().__init__()
         self.progress_steps = progress_steps
         self._conns: dict[str, _Conn] = {}
-        self._lock = threading.Lock()
 
     def _authorizer(self, action, arg1, arg2, dbname, source):
         if action not in ALLOWED_ACTIONS:
@@ -162,7 +185,8 @@ class SqliteEngine:
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
 
-    def _open(self, location: str) -> _Conn:
+    def open(self, location: str, limits: Limits) -> _Conn:
+        """The cached read-only connection to ``location`` (authorizer, progress handler)."""
         c = self._conns.get(location)
         if c is not None:
             return c
@@ -183,43 +207,27 @@ class SqliteEngine:
         self._conns[location] = state
         return state
 
-    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
-        """Run one untrusted statement read-only (see module docstring). Never raises."""
-        t0 = time.perf_counter()
-        refusal = embedded_refusal(sql, self.dialect, location, limits)
-        if refusal is not None:
-            return refusal
-        with self._lock:
-            try:
-                state = self._open(location)
-            except sqlite3.Error as e:
-                return ExecutionResult.failure(ExecStatus.UNAVAILABLE, f"cannot open {location}: {e}",
-                                               time.perf_counter() - t0)
-            state.timed_out = False
-            state.deadline = time.monotonic() + limits.timeout_s
-            try:
-                cur = state.con.execute(sql)
-                rows = cur.fetchmany(limits.row_cap + 1) if cur.description else []
-                names = [d[0] for d in cur.description or ()]
-                cur.close()
-            except (sqlite3.Error, sqlite3.Warning) as e:
-                elapsed = time.perf_counter() - t0
-                if state.timed_out:
-                    return ExecutionResult.failure(
-                        ExecStatus.TIMEOUT, f"interrupted after {limits.timeout_s}s: {e}", elapsed)
-                return ExecutionResult.failure(classify_error(str(e)), str(e), elapsed)
-            finally:
-                state.deadline = math.inf
-            if len(rows) > limits.row_cap:
-                return ExecutionResult.failure(
-                    ExecStatus.TOO_LARGE, f"more than {limits.row_cap} rows",
-                    time.perf_counter() - t0)
-            try:
-                table = rows_to_table(names, rows)
-            except (pa.ArrowException, OverflowError) as e:
-                return ExecutionResult.failure(ExecStatus.RUNTIME, f"result not representable: {e}",
-                                               time.perf_counter() - t0)
-            return ExecutionResult(ExecStatus.OK, table, None, time.perf_counter() - t0)
+    def run(self, state: _Conn, sql: str, limits: Limits) -> pa.Table:
+        """Fetch at most ``row_cap + 1`` rows under the progress-handler deadline."""
+        state.timed_out = False
+        state.deadline = time.monotonic() + limits.timeout_s
+        try:
+            cur = state.con.execute(sql)
+            rows = cur.fetchmany(limits.row_cap + 1) if cur.description else []
+            names = [d[0] for d in cur.description or ()]
+            cur.close()
+        finally:
+            state.deadline = math.inf
+        if len(rows) > limits.row_cap:
+            raise RowCapExceeded()
+        try:
+            return rows_to_table(names, rows)
+        except (pa.ArrowException, OverflowError) as e:
+            raise Unusable(ExecStatus.RUNTIME, f"result not representable: {e}") from e
+
+    def classify(self, exc: BaseException, state: _Conn) -> ExecStatus:
+        """TIMEOUT when the progress handler interrupted, else :func:`classify_error`."""
+        return ExecStatus.TIMEOUT if state.timed_out else classify_error(str(exc))
 
     def close(self) -> None:
         """Close every cached connection."""

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from polysql_ray.datasets.base import FILE_ENGINES
 from polysql_ray.datasets.example import Example, SourceDatabase
 from polysql_ray.generation import schema_ddl
 from polysql_ray.generation.schema_ddl import ColumnSpec, ForeignKeySpec, SchemaSpec, TableSpec
@@ -184,7 +185,7 @@ def schema_for_example(example: Example, sample_rows: int = 0) -> SchemaSpec:
     """
     db = example.database
     stamp = 0
-    if db.engine in ("sqlite", "duckdb"):
+    if db.engine in FILE_ENGINES:
         p = Path(db.location)
         if not p.is_file():
             raise FileNotFoundError(f"source database missing: {p}")

@@ -47,29 +47,18 @@ from typing import Iterator, Protocol, runtime_checkable
 import pyarrow as pa
 
 from polysql_ray.datasets.example import SourceDatabase
+from polysql_ray.engines.declaration import DeclaredTable
 
 #: Version of the replication procedure itself (reader/writer/certificate behaviour). Bump it
 #: whenever a change could make a copy differ; a bump invalidates every existing copy.
 REPLICATION_VERSION = "2"
 
-#: Source engine name -> "module:Class" of its :class:`SourceReader`.
-READERS: dict[str, str] = {
-    "sqlite": "polysql_ray.replication.sqlite_reader:SqliteReader",
-    "mysql": "polysql_ray.replication.mysql_source:MySQLReader",
-    "postgres": "polysql_ray.replication.postgres_source:PostgresReader",
-    "duckdb": "polysql_ray.replication.duckdb_source:DuckDBReader",
-}
+#: Source engine name -> "module:Class" of its :class:`SourceReader` (declared by each
+#: engine class as ``reader``; a read-through view of the declarations).
+READERS: DeclaredTable = DeclaredTable(lambda cls: cls.reader)
 
-#: Target engine name -> "module:Class" of its :class:`TargetWriter`.
-WRITERS: dict[str, str] = {
-    "duckdb": "polysql_ray.replication.duckdb_writer:DuckDBWriter",
-    "postgres": "polysql_ray.replication.postgres:PostgresWriter",
-    "mysql": "polysql_ray.replication.mysql:MySQLWriter",
-    "sqlite": "polysql_ray.replication.sqlite_writer:SqliteWriter",
-    "clickhouse": "polysql_ray.replication.clickhouse_writer:ClickHouseWriter",
-    "snowflake": "polysql_ray.replication.snowflake_writer:SnowflakeWriter",
-    "bigquery": "polysql_ray.replication.bigquery_writer:BigQueryWriter",
-}
+#: Target engine name -> "module:Class" of its :class:`TargetWriter` (declared as ``writer``).
+WRITERS: DeclaredTable = DeclaredTable(lambda cls: cls.writer)
 
 
 class ReplicationError(RuntimeError):

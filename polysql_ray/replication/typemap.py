@@ -84,8 +84,11 @@ import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Mapping
 
 import pyarrow as pa
+
+from polysql_ray.engines.declaration import DeclaredTable
 
 #: Bump on any change to this module's tables or rules: it invalidates every copy.
 TYPE_MAP_VERSION = "2"
@@ -138,34 +141,13 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "TIMESTAMP": pa.timestamp("us"),
 }
 
-#: Logical type -> target type text, per target engine.
-TARGET_TYPES: dict[str, dict[str, str]] = {
-    "duckdb": {"INTEGER": "INTEGER", "SMALLINT": "SMALLINT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE", "VARCHAR": "VARCHAR", "BLOB": "BLOB",
-               "DECIMAL": "DECIMAL", "BOOLEAN": "BOOLEAN", "DATE": "DATE",
-               "TIMESTAMP": "TIMESTAMP"},
-    "postgres": {"INTEGER": "INTEGER", "SMALLINT": "SMALLINT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE PRECISION", "VARCHAR": "TEXT",
-                 "BLOB": "BYTEA", "DECIMAL": "NUMERIC", "BOOLEAN": "BOOLEAN", "DATE": "DATE",
-                 "TIMESTAMP": "TIMESTAMP"},
-    "mysql": {"INTEGER": "INT", "SMALLINT": "SMALLINT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE", "VARCHAR": "LONGTEXT", "BLOB": "LONGBLOB",
-              "DECIMAL": "DECIMAL", "BOOLEAN": "BOOLEAN", "DATE": "DATE",
-              "TIMESTAMP": "DATETIME(6)"},
-    "clickhouse": {"INTEGER": "Int32", "SMALLINT": "Int16", "BIGINT": "Int64", "DOUBLE": "Float64", "VARCHAR": "String", "BLOB": "String",
-                   "DECIMAL": "Decimal", "BOOLEAN": "Bool", "DATE": "Date32",
-                   "TIMESTAMP": "DateTime64(6)"},
-    # Snowflake DOUBLE (= FLOAT) is an 8-byte double; NUMBER(38,0) is Snowflake's integer.
-    "snowflake": {"SMALLINT": "SMALLINT", "INTEGER": "INTEGER", "BIGINT": "NUMBER(38,0)", "DOUBLE": "DOUBLE", "VARCHAR": "VARCHAR", "BLOB": "BINARY",
-                  "DECIMAL": "NUMBER", "BOOLEAN": "BOOLEAN", "DATE": "DATE", "TIMESTAMP": "TIMESTAMP_NTZ"},
-    # BigQuery: a time zone-less TIMESTAMP is a DATETIME.
-    "bigquery": {"SMALLINT": "INT64", "INTEGER": "INT64", "BIGINT": "INT64", "DOUBLE": "FLOAT64", "VARCHAR": "STRING", "BLOB": "BYTES",
-                 "DECIMAL": "NUMERIC", "BOOLEAN": "BOOL", "DATE": "DATE", "TIMESTAMP": "DATETIME"},
-}
+#: Logical type -> target type text, per target engine: each engine class declares its
+#: ``type_map`` (``engines/<name>.py``); a read-through view of those declarations.
+TARGET_TYPES: Mapping[str, dict[str, str]] = DeclaredTable(lambda cls: cls.type_map)
 
-
-#: Target engine -> type text of a VARCHAR with a declared length (``{n}``: the length).
-VARCHAR_WITH_LENGTH: dict[str, str] = {
-    "postgres": "VARCHAR({n})", "mysql": "VARCHAR({n})", "duckdb": "VARCHAR", "clickhouse": "String",
-    "snowflake": "VARCHAR({n})", "bigquery": "STRING",
-}
+#: Target engine -> type text of a VARCHAR with a declared length (``{n}``: the length);
+#: declared as ``varchar_with_length``.
+VARCHAR_WITH_LENGTH: Mapping[str, str] = DeclaredTable(lambda cls: cls.varchar_with_length)
 
 #: ``replication.types`` values.
 TYPE_MODES = ("declared", "storage")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import duckdb
 
+from polysql_ray.datasets.base import FILE_ENGINES
 from polysql_ray.statistics.load import SCORES_TABLE, dataset_index
 
 from .views import drill_href
@@ -36,8 +37,8 @@ DIFF_TIMEOUT_S = 5.0
 DIFF_ROW_CAP = 5000
 #: Failed questions per cell that get a result-set diff (the rest show SQL and reason only).
 DIFF_PER_CELL = 40
-#: Engines whose replicas are local files the snapshot may open.
-EMBEDDED = ("sqlite", "duckdb")
+#: Engines whose replicas are local files the snapshot may open (declared ``source_suffix``).
+EMBEDDED = FILE_ENGINES
 
 _CSS = """
 body { font-family: sans-serif; margin: 1.5em; color: #222; max-width: 1200px; }

@@ -1,0 +1,293 @@
+"""Engine declarations: an engine is one class whose facts are class attributes.
+
+In the style of sqlglot's dialect classes, every engine module (``engines/<name>.py``) defines
+one subclass of :class:`EngineDeclaration` (through :class:`~polysql_ray.engines.embedded.EmbeddedEngine`
+or :class:`~polysql_ray.engines.servers.ServerEngine`, which carry the one shared execute path
+of each kind). Defining the class registers it (``__init_subclass__``); the registry
+(:mod:`polysql_ray.engines.registry`) imports every module of the ``engines`` package, so a new
+engine touches its own module, its replication writer, ``conf/engine/<name>.yaml`` and its
+prompt rules file, and no table anywhere else.
+
+Every consumer reads the declarations: the registry (``engine_spec``, ``make_engine``,
+``engine_fingerprint``, ``engine_for_dialect``), the identifier rules of replication and
+prompts (``engines.identifiers.IDENTIFIER_RULES``), the semantics flags of verdicts
+(``registry.SEMANTICS``), the structural check (``comparison.ast``: :class:`StructuralFacts`),
+replication (``replication.base.WRITERS``/``READERS``, ``replication.typemap.TARGET_TYPES``).
+Those names stay importable as read-through mappings (:class:`DeclaredTable`).
+
+Facts (:data:`REQUIRED_FACTS`; ``None`` is a declared "not applicable"):
+
+| attribute | meaning |
+|---|---|
+| ``name`` | engine name in configs, the store and replica folders |
+| ``dialect`` | sqlglot dialect of the SQL the engine runs (default: ``name``) |
+| ``aliases`` | further target-dialect names run by this engine (e.g. ``mariadb``) |
+| ``embedded`` | in-process engine whose ``location`` is a local file/folder |
+| ``settings`` | default constructor settings (``make_engine`` overrides them) |
+| ``takes_mapping`` | the constructor takes one settings mapping (servers) |
+| ``semantic_settings`` | settings that change results; they enter every cell key |
+| ``identifiers`` | :class:`~polysql_ray.engines.identifiers.IdentifierRules` (resolution, quoting, reserved words) |
+| ``semantics`` | :class:`Semantics` (result-changing dialect facts; None: not documented, no flags) |
+| ``structural`` | :class:`StructuralFacts`: what the structural check may prove across it |
+| ``type_map`` | logical type -> target type text of its replication writer (None: writer's own) |
+| ``varchar_with_length`` | type text of a VARCHAR(n) (``{n}``), None: ``type_map["VARCHAR"]`` |
+| ``writer`` / ``reader`` | ``"module:Class"`` of its replication writer / source reader (or None) |
+| ``sandbox`` | read-only/sandbox settings the engine applies on every connection or session |
+| ``error_table`` | the engine's error table (driver code / message -> :class:`ExecStatus`) |
+| ``denied_functions`` | functions refused before execution (sandbox, lower case) |
+| ``transient_unavailable`` | UNAVAILABLE is infrastructure trouble to retry (servers) |
+| ``connection`` | :class:`ConnectionBehaviour`: how connections are held and retried |
+| ``prompt_rules`` | file name under ``generation/dialect_rules/`` (None: no prompts) |
+| ``source_suffix`` | file suffix when the engine is a file *source* (``.sqlite``), else None |
+| ``source_dump_suffix`` | suffix of a dump file a server source may come as (``.sql``), else None |
+| ``server_start`` | command that starts a local server (shown when unreachable), else None |
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Iterator
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """Dialect semantics that change results of the same SQL on the same data (engine facts,
+    from each engine's documentation; used only to flag ambiguity, never to change a verdict).
+
+    Attributes:
+        integer_division: ``int / int`` truncates (SQLite, PostgreSQL) instead of giving an exact
+            or float quotient (MySQL, DuckDB).
+        nulls_first_asc: NULL sorts first under ``ORDER BY x ASC`` (SQLite, MySQL); PostgreSQL
+            and DuckDB put NULLs last.
+        ci_equals: ``=`` on strings ignores case under the default collation (MySQL/MariaDB).
+        ci_like: ``LIKE`` ignores (ASCII) case (SQLite, MySQL; not PostgreSQL, DuckDB).
+    """
+
+    integer_division: bool
+    nulls_first_asc: bool
+    ci_equals: bool
+    ci_like: bool
+
+
+@dataclass(frozen=True)
+class StructuralIdentifiers:
+    """How the structural check resolves an identifier of one dialect.
+
+    Attributes:
+        fold_unquoted: unquoted identifiers compare case-insensitively (folded to lower).
+        fold_quoted: quoted identifiers compare case-insensitively too.
+        quoted_column_may_be_string: a quoted identifier in a column position may silently be
+            a string literal (SQLite's double-quote fallback).
+        schema_match: ``ci`` (matches schema names case-insensitively) or ``exact``.
+    """
+
+    fold_unquoted: bool
+    fold_quoted: bool
+    quoted_column_may_be_string: bool
+    schema_match: str
+
+
+#: An identifier rule that proves nothing by folding (the default of undeclared dialects).
+EXACT_IDENTIFIERS = StructuralIdentifiers(False, False, False, "exact")
+
+#: sqlglot node classes whose meaning agrees across the dialects that list them (see
+#: ``comparison/ast.py``): the core, and the nodes allowed only under the type guard.
+PORTABLE_CORE: frozenset[str] = frozenset({
+    "Select", "From", "Join", "Where", "Group", "Having", "Column", "Identifier", "Table",
+    "TableAlias", "Alias", "Star", "Literal", "Null", "Boolean", "And", "Or", "Not", "EQ", "NEQ",
+    "Is", "In", "Count", "Distinct", "Exists", "Subquery", "Union", "Intersect", "Except",
+    "Paren", "With", "CTE",
+})
+PORTABLE_GUARDED: frozenset[str] = frozenset({"LT", "GT", "LTE", "GTE", "Order", "Ordered", "Min", "Max",
+                                              "Sum", "Avg"})
+
+
+@dataclass(frozen=True)
+class StructuralFacts:
+    """What the structural check may prove across this engine's dialect (``comparison/ast.py``).
+
+    A cross-dialect pair may use the nodes *both* dialects list in ``portable_nodes``, order by
+    the type classes both list in ``ordered_classes``, and skip the schema for identifiers only
+    when both resolve every name case-insensitively (``identifiers.schema_match == "ci"``).
+
+    Attributes:
+        identifiers: :class:`StructuralIdentifiers` of the dialect.
+        portable_nodes: sqlglot node class names with the same meaning as in every other
+            dialect that lists them (empty: never proven across dialects, e.g. MySQL's
+            case-insensitive collations).
+        ordered_classes: type classes (``num``, ``text``) whose ``<``/ORDER BY/MIN/MAX agree
+            with the other dialects listing them (text: bytewise order; not locale order).
+        numeric_plus: ``+`` and ``*`` are always numeric (commutative), never concatenation.
+        left_collation: the left column's collation decides a column-column comparison.
+        keywords: file under ``comparison/keywords/`` listing its reserved words, or None.
+    """
+
+    identifiers: StructuralIdentifiers = EXACT_IDENTIFIERS
+    portable_nodes: frozenset[str] = frozenset()
+    ordered_classes: frozenset[str] = frozenset()
+    numeric_plus: bool = False
+    left_collation: bool = False
+    keywords: str | None = None
+
+
+@dataclass(frozen=True)
+class ConnectionBehaviour:
+    """How an engine holds connections (documentation and tests read it; the execute paths
+    follow it).
+
+    Attributes:
+        kind: ``per-location`` (one cached connection per database file, embedded),
+            ``per-limits`` (one read-only connection per limits, chdb), ``pool`` (a bounded
+            :class:`~polysql_ray.engines.servers.ConnectionPool`), ``client`` (one API client).
+        lost_connection_retries: times a statement is retried on a fresh connection when the
+            connection was lost mid-statement (read-only statements only).
+        fresh_session: the session is reset between statements.
+    """
+
+    kind: str
+    lost_connection_retries: int = 0
+    fresh_session: bool = False
+
+
+_UNDECLARED: Any = type("Undeclared", (), {"__repr__": lambda self: "<undeclared>"})()
+
+#: Facts every registered engine must declare (``None`` allowed: "not applicable").
+REQUIRED_FACTS: tuple[str, ...] = (
+    "name", "dialect", "aliases", "embedded", "settings", "takes_mapping", "semantic_settings",
+    "identifiers", "semantics", "structural", "type_map", "varchar_with_length", "writer", "reader",
+    "sandbox", "error_table", "denied_functions", "transient_unavailable", "connection", "prompt_rules",
+    "source_suffix", "source_dump_suffix", "server_start",
+)
+
+#: Facts that must not be None.
+NON_NULL_FACTS: frozenset[str] = frozenset({
+    "name", "dialect", "embedded", "settings", "identifiers", "structural", "sandbox", "error_table",
+    "connection",
+})
+
+_REGISTRY: dict[str, type] = {}
+_GENERATION = [0]
+_LOCK = threading.RLock()
+
+
+class EngineDeclaration:
+    """Base of every engine class: the facts of :data:`REQUIRED_FACTS` as class attributes.
+
+    A subclass that sets ``name`` in its own body is registered under that name when the
+    class is created; a subclass without its own ``name`` (a variant for a test) is not.
+    """
+
+    name: ClassVar[str] = _UNDECLARED
+    dialect: ClassVar[str] = _UNDECLARED
+    aliases: ClassVar[tuple[str, ...]] = ()
+    embedded: ClassVar[bool] = _UNDECLARED
+    settings: ClassVar[dict] = _UNDECLARED
+    takes_mapping: ClassVar[bool] = False
+    semantic_settings: ClassVar[tuple[str, ...]] = ()
+    identifiers: ClassVar[Any] = _UNDECLARED
+    semantics: ClassVar[Semantics | None] = _UNDECLARED
+    structural: ClassVar[StructuralFacts] = _UNDECLARED
+    type_map: ClassVar[dict[str, str] | None] = _UNDECLARED
+    varchar_with_length: ClassVar[str | None] = _UNDECLARED
+    writer: ClassVar[str | None] = _UNDECLARED
+    reader: ClassVar[str | None] = _UNDECLARED
+    sandbox: ClassVar[dict] = _UNDECLARED
+    error_table: ClassVar[Any] = _UNDECLARED
+    denied_functions: ClassVar[frozenset[str]] = _UNDECLARED
+    transient_unavailable: ClassVar[bool] = False
+    connection: ClassVar[ConnectionBehaviour] = _UNDECLARED
+    prompt_rules: ClassVar[str | None] = _UNDECLARED
+    source_suffix: ClassVar[str | None] = None
+    source_dump_suffix: ClassVar[str | None] = None
+    server_start: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__ and cls.name is not _UNDECLARED:
+            if "dialect" not in cls.__dict__ and cls.dialect is _UNDECLARED:
+                cls.dialect = cls.name
+            register(cls)
+
+    @classmethod
+    def missing_facts(cls) -> list[str]:
+        """Facts of :data:`REQUIRED_FACTS` this class leaves undeclared (or None where a value
+        is required); ``[]`` for a complete declaration."""
+        out = []
+        for fact in REQUIRED_FACTS:
+            value = getattr(cls, fact, _UNDECLARED)
+            if value is _UNDECLARED or (value is None and fact in NON_NULL_FACTS):
+                out.append(fact)
+        return out
+
+
+def register(cls: type) -> None:
+    """Register engine class ``cls`` under ``cls.name`` (called by ``__init_subclass__``).
+
+    Raises ValueError when another class (not a re-import of the same one) holds the name."""
+    with _LOCK:
+        old = _REGISTRY.get(cls.name)
+        if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise ValueError(f"engine {cls.name!r} declared twice: {old.__module__}.{old.__qualname__} "
+                             f"and {cls.__module__}.{cls.__qualname__}")
+        _REGISTRY[cls.name] = cls
+        _GENERATION[0] += 1
+
+
+def unregister(name: str) -> None:
+    """Remove engine ``name`` from the registry (tests that declare a throw-away engine)."""
+    with _LOCK:
+        if _REGISTRY.pop(name, None) is not None:
+            _GENERATION[0] += 1
+
+
+def registered() -> dict[str, type]:
+    """Engine name -> class of every engine declared so far (no discovery; see
+    ``registry.declared_engines``)."""
+    return dict(_REGISTRY)
+
+
+class DeclaredTable(MutableMapping):
+    """A read-through mapping ``engine name -> fact`` over the declarations.
+
+    ``fact(cls)`` gives a registered engine's value; engines whose value is None are absent.
+    Writes (``table[k] = v``, ``setdefault``) are kept as overrides on top, so code that
+    extends the old module-level dicts keeps working. Discovery of the engine modules runs on
+    first read.
+    """
+
+    def __init__(self, fact: Callable[[type], Any]) -> None:
+        self._fact = fact
+        self._overrides: dict[str, Any] = {}
+        self._cache: tuple[int, dict] | None = None
+
+    def _data(self) -> dict[str, Any]:
+        if self._cache is None or self._cache[0] != _GENERATION[0]:
+            from polysql_ray.engines.registry import declared_engines
+
+            engines = declared_engines()  # imports the engine modules on first use
+            base = {}
+            for name, cls in engines.items():
+                value = self._fact(cls)
+                if value is not None:
+                    base[name] = value
+            self._cache = (_GENERATION[0], base)
+        return {**self._cache[1], **self._overrides} if self._overrides else self._cache[1]
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data()[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._overrides[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._overrides[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._data())
+
+    def __repr__(self) -> str:
+        return f"DeclaredTable({self._data()!r})"
