@@ -428,6 +428,18 @@ def get_writer(engine: str, settings: dict | None = None) -> TargetWriter:
     return _load(WRITERS, engine, "target writer", settings)
 
 
+def read_catalog(source: SourceDatabase, settings: dict | None = None) -> list[TableSpec]:
+    """The source's tables (exact names, declared types, keys) without reading its values:
+    the reader's ``read_catalog`` when it has one (SQLite: no per-column scans), else its
+    ``read_schema(types="storage")``. For the structural check and anything else that needs
+    names and declared types only. Raises :class:`ReplicationError` like ``read_schema``."""
+    reader = get_reader(source.engine, settings)
+    catalog = getattr(reader, "read_catalog", None)
+    if catalog is not None:
+        return catalog(source)
+    return reader.read_schema(source, types="storage")[0]
+
+
 def manifest_path_for(target_engine: str, dataset: str, db_id: str, replicas_dir: Path) -> Path:
     """``<replicas_dir>/<target_engine>/<dataset>/<db_id>/manifest.json`` (for every target,
     servers included: the manifest always lives on disk)."""
