@@ -142,7 +142,7 @@ class SqliteReader:
                 ref_columns=tuple(p[3] for p in parts if p[3] is not None), id=fid))
         rows = 0 if types == "catalog" else con.execute(f"SELECT count(*) FROM {q}").fetchone()[0]
         return TableSpec(name=name, columns=cols, primary_key=tuple(c for _, c in sorted(pk)),
-                         foreign_keys=tuple(fk_specs), row_count=rows)
+                         foreign_keys=tuple(fk_specs), row_count=rows, schema="main")
 
     def _declared(self, con: sqlite3.Connection, q: str, col: ColumnSpec) -> None:
         """Keep ``col``'s declared type when every stored value conforms (module doc)."""
