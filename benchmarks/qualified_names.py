@@ -13,7 +13,7 @@ source database's name. Run it against another checkout (``PYTHONPATH=<checkout>
 "before" figure. Server targets need PostgreSQL/MariaDB (run under the servers' lock).
 
 Run: PYTHONPATH=. .venv/bin/python benchmarks/qualified_names.py [--targets duckdb,postgres,mysql,sqlite]
-     [--spiderman] [--db-ids a,b]
+     [--spiderman [--no-spider]] [--db-ids a,b]
 """
 from __future__ import annotations
 
@@ -127,6 +127,7 @@ def main() -> None:
     ap.add_argument("--db-ids", default="")
     ap.add_argument("--spiderman", action="store_true")
     ap.add_argument("--static-only", action="store_true")
+    ap.add_argument("--no-spider", action="store_true", help="skip the Spider SQLite part")
     a = ap.parse_args()
     static_counts()
     if a.static_only:
@@ -146,8 +147,9 @@ def main() -> None:
             path = DATA / "spider" / "database" / e["db_id"] / f"{e['db_id']}.sqlite"
             src = SourceDatabase("qualnames", e["db_id"], "sqlite", str(path), exists=path.is_file())
             ex.append((src, e["query"], "sqlite", "main"))
-        print("Spider dev gold, SQLite source, tables qualified with 'main':")
-        run_counts(ex, targets, rdir)
+        if not a.no_spider:
+            print("Spider dev gold, SQLite source, tables qualified with 'main':")
+            run_counts(ex, targets, rdir)
         if a.spiderman:
             from polysql_ray.datasets.spiderman import install_source, source_name
 
