@@ -102,6 +102,8 @@ def main(argv: list[str]) -> int:
               f"({m.seconds:.2f}s, {len(m.tables)} tables, "
               f"{len(m.dropped_constraints)} dropped constraints, certificate verified: "
               f"{len(m.checksums)} tables)")
+        for name, how in m.schema_names.items():
+            print(f"  qualified {name}.<table>: {how}")
     print(type_report(manifests))
     return 1 if failed else 0
 

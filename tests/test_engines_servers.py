@@ -126,10 +126,11 @@ def test_reader_role_itself_is_least_privilege(replicas):
 
     from polysql_ray.engines import mysql as my, postgres as pg
 
-    with pg.connect(ServerSettings.from_dict({}, **pg.DEFAULTS)) as c:
+    db, schema = pg.split_location(replicas["postgres"].location, pg.DEFAULTS["database"])
+    with pg.connect(ServerSettings.from_dict({}, **pg.DEFAULTS), dbname=db) as c:
         for q in ["SELECT pg_read_file('/etc/passwd')", "SELECT lo_import('/etc/passwd')",
                   "COPY (SELECT 1) TO PROGRAM 'id'",
-                  f'DELETE FROM "{replicas["postgres"].location}".singer']:
+                  f'DELETE FROM "{schema}".singer']:
             with pytest.raises(psycopg.Error) as ei:
                 c.execute(q)
             assert ei.value.sqlstate in ("42501", "25006"), (q, ei.value.sqlstate)

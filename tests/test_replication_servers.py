@@ -44,12 +44,14 @@ def test_spider_dbs_replicate_with_equal_checksums(target, tmp_path):
 
 def test_identifiers_and_keys_exact(tmp_path):
     pr = replicate(_src("car_1"), "postgres", tmp_path)
-    with pg.connect(ServerSettings.from_dict({}, **pg.DEFAULTS), admin=True) as c:
+    db, schema = pg.split_location(pr.location, pg.DEFAULTS["database"])
+    assert schema == "main"  # an SQLite source's schema, by its name
+    with pg.connect(ServerSettings.from_dict({}, **pg.DEFAULTS), admin=True, dbname=db) as c:
         names = {r[0] for r in c.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
-            [pr.location])}
+            [schema])}
         pks = c.execute("SELECT count(*) FROM information_schema.table_constraints WHERE "
-                        "table_schema = %s AND constraint_type = 'PRIMARY KEY'", [pr.location]).fetchone()[0]
+                        "table_schema = %s AND constraint_type = 'PRIMARY KEY'", [schema]).fetchone()[0]
     # names the source resolves case-insensitively are stored folded to lower case
     assert names == {t.stored for t in pr.manifest.tables} == {t.name.lower() for t in pr.manifest.tables}
     assert pks == sum(1 for t in pr.manifest.tables if t.primary_key) - sum(
@@ -74,8 +76,9 @@ def test_identifiers_and_keys_exact(tmp_path):
 def test_tampered_copy_is_rebuilt(target, tmp_path):
     rep = replicate(_src("pets_1"), target, tmp_path)
     if target == "postgres":
-        with pg.connect(ServerSettings.from_dict({}, **pg.DEFAULTS), admin=True) as c:
-            c.execute(f'DELETE FROM "{rep.location}".pets WHERE petid = 2001')
+        db, schema = pg.split_location(rep.location, pg.DEFAULTS["database"])
+        with pg.connect(ServerSettings.from_dict({}, **pg.DEFAULTS), admin=True, dbname=db) as c:
+            c.execute(f'DELETE FROM "{schema}".pets WHERE petid = 2001')
     else:
         with my.connect_raw(ServerSettings.from_dict({}, **my.DEFAULTS), admin=True) as c:
             c.cursor().execute(f"DELETE FROM `{rep.location}`.`Pets` WHERE PetID = 2001")

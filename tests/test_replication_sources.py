@@ -108,20 +108,24 @@ def test_pg_dump_file_is_a_source(tmp_path):
         (tmp_path / "db" / "pets_1").mkdir(parents=True)
         dump = tmp_path / "db" / "pets_1" / "pets_1.sql"
         # a dump as a benchmark would ship it: the tables in schema public of their own database
+        pg_db, pg_schema = pg_engine.split_location(pg.location, settings.database)
         subprocess.run(["pg_dump", "-h", settings.host, "-p", str(settings.port), "-U", settings.admin_user,
-                        "-d", settings.database, "-n", pg.location, "--no-owner", "--no-privileges",
+                        "-d", pg_db, "-n", pg_schema, "--no-owner", "--no-privileges",
                         "-f", str(dump)], check=True)
-        dump.write_text(dump.read_text().replace(pg.location, "public")
-                        .replace("CREATE SCHEMA public;", ""))
+        text = dump.read_text().replace(f"CREATE SCHEMA {pg_schema};", "")
+        dump.write_text(text.replace(f"{pg_schema}.", "public.").replace(f"'{pg_schema}'", "'public'"))
         dumped = file_source("dumptest", "pets_1", "postgres", tmp_path / "db")
-        assert dumped.install == f"pg_dump:{dump}" and dumped.location == "pq_src_dumptest_pets_1"
+        assert dumped.install == f"pg_dump:{dump}" and dumped.location == "pq_src_dumptest_pets_1/public"
         assert prepare(dumped) and prepare(dumped)  # second time: reused (sha256 recorded)
         eng = make_engine("postgres")
         try:
             res = eng.execute(dumped.location, "SELECT count(*) FROM pets WHERE weight > 10", LIM)
+            # the dump's own schema name resolves on the source, as where the dump came from
+            qual = eng.execute(dumped.location, "SELECT count(*) FROM public.pets", LIM)
         finally:
             eng.close()
         assert res.status is ExecStatus.OK and res.table.column(0)[0].as_py() == 2
+        assert qual.status is ExecStatus.OK, qual.error
         via_dump = replicate(dumped, "duckdb", rdir)
         direct = replicate(src, "duckdb", rdir)
 

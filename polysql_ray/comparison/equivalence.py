@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import os
 import re
-import sqlite3
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
@@ -140,24 +139,39 @@ def load_engine(name: str, **settings) -> Engine:
     return make_engine(name, **settings)
 
 
-def read_sqlite_schema(path: str) -> dict[str, dict[str, str]] | None:
-    """``{table: {column: declared_type}}`` of a SQLite file, opened read-only; None if absent.
+def read_source_schema(engine: str, location: str,
+                       settings: Mapping | None = None) -> dict[str, dict[str, str]] | None:
+    """``{table: {column: declared_type}}`` (exact source names) of a source database, read by
+    its engine's replication reader (``replication.base.read_catalog``: the one schema model
+    that replication and prompts read, for SQLite, DuckDB, MySQL and PostgreSQL sources).
 
-    Reads catalog metadata only (``PRAGMA table_info``), never user SQL.
+    Reads catalog metadata only, never user SQL. Returns None when the source is absent,
+    unreadable or holds no table, or its engine has no reader (the structural check then needs no schema or
+    answers ``unknown``).
+
+    Args:
+        engine: source engine name (``sqlite``, ``duckdb``, ``mysql``, ``postgres``).
+        location: its ``SourceDatabase.location`` (file path, MySQL database,
+            PostgreSQL ``[<database>/]<schema>``).
+        settings: connection settings of a server source (``engines.<engine>``).
     """
-    if not path or not os.path.isfile(path):
-        return None
+    from polysql_ray.datasets.example import SourceDatabase
+    from polysql_ray.engines.registry import engine_spec
+    from polysql_ray.replication.base import ReplicationError, read_catalog
+
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            tables = [r[0] for r in con.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
-            return {t: {r[1]: r[2] or "" for r in con.execute(
-                f"PRAGMA table_info(\"{t.replace(chr(34), chr(34) * 2)}\")")} for t in tables}
-        finally:
-            con.close()
-    except sqlite3.Error:
+        if not location or (engine_spec(engine).embedded and not os.path.isfile(location)):
+            return None
+        tables = read_catalog(SourceDatabase("-", Path(location).stem, engine, location),
+                              dict(settings) if settings else None)
+    except (KeyError, ImportError, ReplicationError):
         return None
+    return {t.name: {c.name: c.declared_type for c in t.columns} for t in tables} or None
+
+
+def read_sqlite_schema(path: str) -> dict[str, dict[str, str]] | None:
+    """:func:`read_source_schema` of an SQLite file (None if absent)."""
+    return read_source_schema("sqlite", path)
 
 
 def _rows(table: pa.Table) -> list[tuple]:
@@ -191,19 +205,27 @@ class AstCheck:
 
     ``pass`` with basis ``proven`` when the canonical forms match, else ``inconclusive``;
     never ``fail`` (a structural difference says nothing about results). Executes no SQL; for
-    cross-dialect cases the schema is read from a SQLite gold database file when not given.
+    cross-dialect cases the schema is read from the gold's source database when not given
+    (:func:`read_source_schema`, any source engine with a replication reader).
+
+    Args:
+        checker: the structural checker (default :class:`AstEquivalence`).
+        engine_settings: ``{engine: settings}`` for reading a server source's schema.
     """
 
     name = "ast"
 
-    def __init__(self, checker: AstEquivalence | None = None) -> None:
+    def __init__(self, checker: AstEquivalence | None = None,
+                 engine_settings: Mapping[str, Mapping] | None = None) -> None:
         self.checker = checker or AstEquivalence()
+        self.engine_settings = dict(engine_settings or {})
 
     def check(self, case: Case) -> EquivalenceResult:
         """See class docstring."""
         schema = case.schema
-        if schema is None and case.gold_dialect != case.pred_dialect and case.gold_engine == "sqlite":
-            schema = read_sqlite_schema(case.gold_location)
+        if schema is None and case.gold_dialect != case.pred_dialect:
+            schema = read_source_schema(case.gold_engine, case.gold_location,
+                                        self.engine_settings.get(case.gold_engine))
         r = self.checker.check(case.gold_sql, case.gold_dialect, case.pred_sql, case.pred_dialect,
                                schema=schema)
         if r.equivalent:
@@ -267,7 +289,8 @@ class ResultSetEquivalence:
         pred_sql = executed_sql(case.pred_sql, case.pred_dialect, pol)
         proven = False
         if self.structural and pred_sql.strip():
-            proven = AstCheck().check(replace(case, gold_sql=gold_sql, pred_sql=pred_sql)).verdict == "pass"
+            proven = AstCheck(engine_settings=self.engine_settings).check(
+                replace(case, gold_sql=gold_sql, pred_sql=pred_sql)).verdict == "pass"
         opened: list = []
         try:
             try:
@@ -379,8 +402,7 @@ class Judge:
         parts = ["You judge whether a predicted SQL query answers a question exactly like the "
                  "gold SQL query (same result on every database state).",
                  f"Question: {case.question or '(not given)'}"]
-        schema = read_sqlite_schema(case.gold_location) if case.gold_engine == "sqlite" else None
-        schema = case.schema or schema
+        schema = case.schema or read_source_schema(case.gold_engine, case.gold_location)
         if schema:
             parts.append("Schema:\n" + "\n".join(
                 f"TABLE {t} ({', '.join(f'{c} {ty}'.strip() for c, ty in cols.items())})"

@@ -241,8 +241,9 @@ def file_source(dataset: str, db_id: str, engine: str, db_root: Path) -> SourceD
     """SourceDatabase for ``<db_root>/<db_id>/<db_id><suffix>`` (Spider/BIRD layout).
 
     Server engines: a PostgreSQL source with a plain-SQL ``pg_dump`` file at
-    ``<db_root>/<db_id>/<db_id>.sql`` is installed by the replication stage as the schema
-    ``pq_src_<dataset>_<db_id>`` (``replication.postgres_source.install_dump``); otherwise the
+    ``<db_root>/<db_id>/<db_id>.sql`` is installed by the replication stage as the database
+    ``pq_src_<dataset>_<db_id>`` (its schema ``public`` read: location ``<database>/public``;
+    ``replication.postgres_source.install_dump``); otherwise the
     database (MySQL) or schema (PostgreSQL) named ``db_id`` is read as it is on the server.
     """
     suffix = FILE_ENGINES.get(engine)
@@ -252,7 +253,7 @@ def file_source(dataset: str, db_id: str, engine: str, db_root: Path) -> SourceD
             from polysql_ray.engines.servers import replica_name
 
             return SourceDatabase(dataset=dataset, db_id=db_id, engine=engine,
-                                  location=replica_name("src_" + dataset, db_id),
+                                  location=replica_name("src_" + dataset, db_id) + "/public",
                                   exists=True, install=f"pg_dump:{dump}")
         return SourceDatabase(dataset=dataset, db_id=db_id, engine=engine, location=db_id, exists=True)
     path = (db_root / db_id / f"{db_id}{suffix}").resolve()

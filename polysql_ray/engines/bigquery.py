@@ -180,7 +180,7 @@ class BigQueryEngine(ServerEngine):
         return (gexc.GoogleAPICallError, *unreachable), unreachable
 
     @contextlib.contextmanager
-    def acquire(self, limits: Limits):
+    def acquire(self, limits: Limits, location: str = ""):
         """The one client, as a lease (never discarded: it holds no session)."""
         from polysql_ray.engines.servers import Lease
 

@@ -317,7 +317,7 @@ class MySQLEngine(ServerEngine):
 
         return (pymysql.err.MySQLError,), (pymysql.err.OperationalError,)
 
-    def acquire(self, limits: Limits):
+    def acquire(self, limits: Limits, location: str = ""):
         """A pooled connection."""
         return self.pool.acquire()
 

@@ -1,13 +1,16 @@
 """PostgreSQL target engine (psycopg 3): one untrusted read-only statement, sandboxed.
 
-Layout of replicas: one database (``ServerSettings.database``, default ``polysql``) holding one
-*schema* per (dataset, db_id) named ``pq_<dataset>_<db_id>`` (:func:`servers.replica_name`).
-The ``location`` given to :meth:`PostgresEngine.execute` is that schema name. Each query runs
-with ``search_path`` set to exactly that schema (``pg_catalog`` stays implicitly first, as
-always in PostgreSQL), so predictions use unqualified table names as on the source. Schemas
-instead of databases let one bounded connection pool serve every db_id (a database per db_id
-would need a pool per database: 20 Spider databases x pool size connections against
-``max_connections=100``).
+Locations (:func:`split_location`): ``<database>/<schema>``, or a bare ``<schema>`` of the
+configured database (``ServerSettings.database``, default ``polysql``; PostgreSQL sources).
+A replica is one *database* per copy, ``pq_<dataset>_<db_id>_<tag>`` (:func:`servers.replica_name`),
+holding the source's schema under the source's name (``main`` for an SQLite source, the source
+database's name for MySQL, the source schema for PostgreSQL), so qualified names resolve as on
+the source (``replication/postgres.py``). Each query runs with ``search_path`` set to exactly
+that schema (``pg_catalog`` stays implicitly first, as always in PostgreSQL), so unqualified
+names resolve too. One bounded pool serves every database: a connection belongs to one
+database, and the pool closes the oldest idle connection of another database before opening
+one past ``pool_size`` (``ConnectionPool.acquire(key)``), so 20 Spider databases never take
+more than ``pool_size`` connections per engine.
 
 Sandbox (README "Untrusted SQL"), all enforced by the server, not by us:
 
@@ -143,6 +146,12 @@ def _connect_kwargs(settings: ServerSettings, admin: bool = False,
     return kw
 
 
+def split_location(location: str, default_database: str) -> tuple[str, str]:
+    """``<database>/<schema>`` or ``<schema>`` (in ``default_database``) -> ``(database, schema)``."""
+    db, sep, schema = location.partition("/")
+    return (db, schema) if sep else (default_database, location)
+
+
 def harden_database(conn) -> None:
     """Revoke :data:`REVOKED_FUNCTIONS` (every overload) and :data:`REVOKED_VIEWS` from
     ``PUBLIC`` in the database ``conn`` is connected to (a superuser connection; idempotent).
@@ -214,8 +223,8 @@ class PostgresEngine(ServerEngine):
         self.queries = 0
         self._known_locations: set[str] = set()
 
-    def _open(self):
-        conn = connect(self.settings)
+    def _open(self, dbname: str | None = None):
+        conn = connect(self.settings, dbname=dbname)
         conn.prepare_threshold = None  # no server-side prepared statements: DISCARD ALL drops them
         return conn
 
@@ -230,9 +239,9 @@ class PostgresEngine(ServerEngine):
 
         return (psycopg.Error,), (psycopg.OperationalError,)
 
-    def acquire(self, limits: Limits):
-        """A pooled connection."""
-        return self.pool.acquire()
+    def acquire(self, limits: Limits, location: str = ""):
+        """A pooled connection to the replica's database (``<database>/<schema>`` locations)."""
+        return self.pool.acquire(split_location(location, self.settings.database)[0])
 
     def lost(self, exc: BaseException, lease) -> bool:
         """The connection broke (backend terminated, server restart)."""
@@ -246,8 +255,9 @@ class PostgresEngine(ServerEngine):
         from psycopg import sql as psql
 
         conn = lease.conn
+        schema = split_location(location, self.settings.database)[1]
         if location not in self._known_locations:
-            row = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [location]).fetchone()
+            row = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema]).fetchone()
             if row is None:
                 return ExecutionResult.failure(
                     S.UNAVAILABLE, f"replica schema {location!r} does not exist")
@@ -257,7 +267,7 @@ class PostgresEngine(ServerEngine):
         # trusted, composed with quoting, sent in one round trip (simple protocol)
         conn.execute(psql.SQL("BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = {}; "
                               "SET LOCAL search_path = {}").format(
-            psql.Literal(ms), psql.Identifier(location)))
+            psql.Literal(ms), psql.Identifier(schema)))
         timer = threading.Timer(limits.timeout_s + WATCHDOG_GRACE_S, conn.cancel)
         timer.daemon = True
         timer.start()

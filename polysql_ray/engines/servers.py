@@ -89,7 +89,8 @@ class ServerSettings:
         admin_user: role used only by replication (create databases, load, GRANT).
         password_env / password_file: where the *reader* password comes from.
         admin_password_env / admin_password_file: where the *admin* password comes from.
-        database: PostgreSQL only: the database holding one schema per replica.
+        database: PostgreSQL only: the database of a source given as a bare schema name
+            (replicas are one database each).
         pool_size: maximum open connections per engine instance (per process/actor).
         connect_timeout_s: seconds to wait for a TCP connection.
         sql_mode: MySQL only: ``None`` keeps the server default (documented in mysql.py).
@@ -163,8 +164,14 @@ class ConnectionPool(Generic[C]):
     raising out of the ``with`` block an exception for which ``is_broken(exc, conn)`` is true,
     or by calling :meth:`Lease.discard`; broken connections are closed and not returned.
 
+    Keyed use (PostgreSQL: one database per replica, a connection serves one database):
+    ``acquire(key)`` lends an idle connection opened for ``key``, else opens one with
+    ``connect(key)``, closing the oldest idle connection of another key when ``size``
+    connections are already open; the bound on open connections holds across keys.
+
     Args:
-        connect: zero-argument factory opening a new connection (may raise).
+        connect: factory opening a new connection (may raise): no argument, or the key when
+            :meth:`acquire` is given one.
         close: closes one connection (errors ignored).
         size: maximum simultaneous connections (>= 1).
         wait_s: seconds ``acquire`` waits for a free slot before raising TimeoutError.
@@ -176,16 +183,18 @@ class ConnectionPool(Generic[C]):
             raise ValueError("pool size must be >= 1")
         self._connect = connect
         self._close = close
-        self._idle: list[C] = []
+        self._idle: list[tuple[Any, C]] = []  # (key, connection), oldest first
         self._slots = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
+        self._lent = 0
         self.size = size
         self.wait_s = wait_s
         self.stats = PoolStats()
 
     @contextlib.contextmanager
-    def acquire(self) -> Iterator["Lease[C]"]:
-        """Lend one connection: ``with pool.acquire() as lease: lease.conn ...``.
+    def acquire(self, key: Any = None) -> Iterator["Lease[C]"]:
+        """Lend one connection: ``with pool.acquire() as lease: lease.conn ...``; with ``key``,
+        one opened for that key (class docstring).
 
         Raises TimeoutError when no slot frees up within ``wait_s``; connection errors of the
         factory propagate (the slot is released).
@@ -194,10 +203,21 @@ class ConnectionPool(Generic[C]):
             raise TimeoutError(f"no free connection within {self.wait_s}s (pool size {self.size})")
         lease: Lease[C] | None = None
         try:
+            conn, evicted = None, None
             with self._lock:
-                conn = self._idle.pop() if self._idle else None
+                for i in range(len(self._idle) - 1, -1, -1):
+                    if self._idle[i][0] == key:
+                        conn = self._idle.pop(i)[1]
+                        break
+                if conn is None and self._idle and len(self._idle) + self._lent >= self.size:
+                    evicted = self._idle.pop(0)[1]  # oldest idle connection of another key
+                self._lent += 1
+            if evicted is not None:
+                self.stats.discarded += 1
+                with contextlib.suppress(Exception):
+                    self._close(evicted)
             if conn is None:
-                conn = self._connect()
+                conn = self._connect() if key is None else self._connect(key)
                 self.stats.opened += 1
             else:
                 self.stats.reused += 1
@@ -216,13 +236,15 @@ class ConnectionPool(Generic[C]):
                         self._close(lease.conn)
                 else:
                     with self._lock:
-                        self._idle.append(lease.conn)
+                        self._idle.append((key, lease.conn))
+            with self._lock:
+                self._lent -= 1
             self._slots.release()
 
     def close(self) -> None:
         """Close all idle connections (connections currently lent are closed on return)."""
         with self._lock:
-            idle, self._idle = self._idle, []
+            idle, self._idle = [c for _, c in self._idle], []
         for conn in idle:
             with contextlib.suppress(Exception):
                 self._close(conn)
@@ -444,8 +466,9 @@ class ServerEngine(EngineDeclaration):
         lazily: drivers stay optional)."""
         raise NotImplementedError
 
-    def acquire(self, limits):
-        """Context manager lending a :class:`Lease` on a connection fit for ``limits``."""
+    def acquire(self, limits, location: str = ""):
+        """Context manager lending a :class:`Lease` on a connection fit for ``limits`` and the
+        replica ``location`` (PostgreSQL connects to the location's database)."""
         raise NotImplementedError
 
     def run(self, lease: "Lease", location: str, sql: str, limits):
@@ -480,7 +503,7 @@ class ServerEngine(EngineDeclaration):
         with LiveStopwatch() as sw:
             for _attempt in range(1 + self.connection.lost_connection_retries):
                 try:
-                    with self.acquire(limits) as lease:
+                    with self.acquire(limits, location) as lease:
                         try:
                             res = self.run(lease, location, sql, limits)
                         except statement_errors as e:

@@ -200,7 +200,7 @@ class SnowflakeEngine(ServerEngine):
 
         return (sfe.Error,), (sfe.Error, OSError)
 
-    def acquire(self, limits: Limits):
+    def acquire(self, limits: Limits, location: str = ""):
         """A connection of the pool whose sessions carry ``STATEMENT_TIMEOUT_IN_SECONDS``."""
         return self._pool(limits.timeout_s).acquire()
 

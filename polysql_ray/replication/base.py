@@ -51,7 +51,7 @@ from polysql_ray.engines.declaration import DeclaredTable
 
 #: Version of the replication procedure itself (reader/writer/certificate behaviour). Bump it
 #: whenever a change could make a copy differ; a bump invalidates every existing copy.
-REPLICATION_VERSION = "2"
+REPLICATION_VERSION = "3"
 
 #: Source engine name -> "module:Class" of its :class:`SourceReader` (declared by each
 #: engine class as ``reader``; a read-through view of the declarations).
@@ -143,7 +143,9 @@ class TableSpec:
         foreign_keys: as declared by the source.
         row_count: rows in the source table (filled by the reader).
         target_name: the name the replica stores (see ``ColumnSpec.target_name``).
-        schema: the source schema (PostgreSQL/DuckDB sources), None for single-schema sources.
+        schema: the schema the source holds the table in, as a query on the source may
+            qualify it (``main`` for SQLite/DuckDB, the database name for MySQL, the schema
+            for PostgreSQL); None when a reader does not say.
     """
 
     name: str
@@ -227,6 +229,8 @@ class Manifest:
             ``target_name``).
         server_settings: target-server facts the copy depends on (MySQL
             ``lower_case_table_names``).
+        schema_names: source schema (MySQL: database) name -> how a reference qualified
+            with it resolves on the replica, or ``unavailable: <why>`` (``naming.source_schema``).
     """
 
     dataset: str
@@ -248,6 +252,7 @@ class Manifest:
     location: str = ""
     names: list[str] = field(default_factory=list)
     server_settings: dict = field(default_factory=dict)
+    schema_names: dict = field(default_factory=dict)
 
     def reuse_key(self) -> tuple:
         """The fields that must match for a copy to be reused."""
@@ -368,9 +373,16 @@ class TargetWriter(Protocol):
         """Target engine version string (part of the reuse key)."""
         ...
 
-    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "") -> str:
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "",
+                     schema: str = "") -> str:
         """Where the copy of (dataset, db_id) lives (a path, or a server database name that
-        includes ``tag``, the copy's content/namespace tag)."""
+        includes ``tag``, the copy's content/namespace tag); ``schema`` is the source's schema
+        name (``naming.source_schema``), for targets whose location names it (PostgreSQL).
+
+        A writer may also define ``carry_schema(location, tables, schema, replica_schema)
+        -> str``: make references qualified with ``schema`` resolve on the copy where the
+        location alone does not, returning the manifest sentence (``schema_names``); without
+        it qualified names are recorded as unavailable unless the location carries them."""
         ...
 
     def write(self, location: str, tables: list[TableSpec], source: SourceDatabase,
@@ -415,6 +427,18 @@ def get_writer(engine: str, settings: dict | None = None) -> TargetWriter:
     """Instantiate the :class:`TargetWriter` registered for target ``engine`` (server writers
     take the engine's connection settings mapping, ``engines.<name>`` of the config)."""
     return _load(WRITERS, engine, "target writer", settings)
+
+
+def read_catalog(source: SourceDatabase, settings: dict | None = None) -> list[TableSpec]:
+    """The source's tables (exact names, declared types, keys) without reading its values:
+    the reader's ``read_catalog`` when it has one (SQLite: no per-column scans), else its
+    ``read_schema(types="storage")``. For the structural check and anything else that needs
+    names and declared types only. Raises :class:`ReplicationError` like ``read_schema``."""
+    reader = get_reader(source.engine, settings)
+    catalog = getattr(reader, "read_catalog", None)
+    if catalog is not None:
+        return catalog(source)
+    return reader.read_schema(source, types="storage")[0]
 
 
 def manifest_path_for(target_engine: str, dataset: str, db_id: str, replicas_dir: Path) -> Path:
@@ -476,7 +500,12 @@ def replicate(source: SourceDatabase, target_engine: str, replicas_dir: Path | s
         type_map_version=typemap.TYPE_MAP_VERSION, replication_version=REPLICATION_VERSION,
         types=types)
     tag = fresh.content_tag(str(replicas_dir.resolve()))
-    location = writer.location_for(source.dataset, source.db_id, replicas_dir, tag=tag)
+    server = getattr(writer, "server_settings", lambda: {})()
+    schema = naming.source_schema(source, reader)
+    stored_schema = naming.replica_schema(schema, source.engine, target_engine,
+                                          server.get("lower_case_table_names"))
+    location = writer.location_for(source.dataset, source.db_id, replicas_dir, tag=tag,
+                                   schema=stored_schema)
     fresh.location = location
 
     old = None
@@ -496,13 +525,13 @@ def replicate(source: SourceDatabase, target_engine: str, replicas_dir: Path | s
     if old is not None and old.location and old.location != location:
         writer.drop(old.location)  # this folder's own superseded copy
     tables, skipped = reader.read_schema(source, types=types)
-    server = getattr(writer, "server_settings", lambda: {})()
     fresh.server_settings = server
     fresh.names = naming.assign(tables, source.engine, target_engine,
                                 server.get("lower_case_table_names"))
     try:
         dropped = writer.write(location, tables, source, reader)
         checks = certificate.verify(source, tables, reader, writer, location)
+        fresh.schema_names = {schema: _carry_schema(writer, location, tables, schema, stored_schema)}
     except BaseException:
         writer.drop(location)
         raise
@@ -516,6 +545,18 @@ def replicate(source: SourceDatabase, target_engine: str, replicas_dir: Path | s
     tmp.write_text(fresh.to_json())
     os.replace(tmp, mpath)
     return Replica(target_engine, source.dataset, source.db_id, location, fresh, mpath, False)
+
+
+def _carry_schema(writer: TargetWriter, location: str, tables: list[TableSpec], schema: str,
+                  stored: str) -> str:
+    """How references qualified with the source's ``schema`` resolve on the copy (the
+    writer's ``carry_schema`` hook, else whether the location names that schema)."""
+    hook = getattr(writer, "carry_schema", None)
+    if hook is not None:
+        return hook(location, tables, schema, stored)
+    if location.endswith("/" + stored):
+        return f"resolves: schema {stored!r} of the replica"
+    return f"unavailable: {writer.engine} replicas do not carry the source's schema name"
 
 
 def drop_replicas(replicas_dir: Path | str, settings: dict[str, dict] | None = None) -> list[str]:
@@ -572,9 +613,11 @@ class FileTargetWriter:
     suffix = ""
     temp_suffixes: tuple[str, ...] = (".tmp",)
 
-    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "") -> str:
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "",
+                     schema: str = "") -> str:
         """``<replicas_dir>/<engine>/<dataset>/<db_id>/<db_id><suffix>`` (absolute; the folder
-        already belongs to one run, so ``tag`` is not needed)."""
+        already belongs to one run, so ``tag`` is not needed; ``schema`` is carried by
+        ``carry_schema``)."""
         return str((Path(replicas_dir) / self.engine / dataset / db_id / f"{db_id}{self.suffix}").resolve())
 
     def fingerprint(self, location: str) -> str:

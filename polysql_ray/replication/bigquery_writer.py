@@ -51,7 +51,8 @@ class BigQueryWriter:
         emulator from Google)."""
         return f"bigquery v2 @ {self.settings.get('api_endpoint') or 'bigquery.googleapis.com'}"
 
-    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "") -> str:
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "",
+                     schema: str = "") -> str:
         """Dataset id ``pq_<dataset>_<db_id>_<tag>``."""
         return bq.dataset_name(dataset, db_id, tag)
 

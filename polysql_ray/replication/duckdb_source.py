@@ -97,7 +97,7 @@ class DuckDBReader:
                         fks.append(ForeignKeySpec(tuple(ccols), ref, tuple(rcols or ()), id=len(fks)))
                 rows = con.execute(f"SELECT count(*) FROM {q(name)}").fetchone()[0]
                 tables.append(TableSpec(name=name, columns=cols, primary_key=pk,
-                                        foreign_keys=tuple(fks), row_count=rows))
+                                        foreign_keys=tuple(fks), row_count=rows, schema="main"))
             return tables, skipped
         except Exception as e:  # noqa: BLE001 - duckdb errors, named
             if isinstance(e, ReplicationError):

@@ -48,6 +48,29 @@ class DuckDBWriter(FileTargetWriter):
         """The duckdb library version (the storage format follows it)."""
         return duckdb.__version__
 
+    def carry_schema(self, location: str, tables: list[TableSpec], schema: str, stored: str) -> str:
+        """Tables live in schema ``main`` of the catalog named after the file (``<db_id>``);
+        a source schema of another name (a MySQL database, a PostgreSQL schema) gets a schema
+        of that name holding one view per table over ``main``, so ``<schema>.<table>``
+        resolves as on the source (a name equal to the catalog's resolves already). Returns
+        the manifest sentence."""
+        if stored == "main":
+            return "resolves: schema 'main' of the replica"
+        catalog = Path(location).stem  # DuckDB names an opened file's catalog after its stem
+        if stored.lower() == catalog.lower():
+            return f"resolves: the replica file's catalog is {catalog!r}"
+        con = duckdb.connect(location, config={"autoload_known_extensions": False,
+                                               "autoinstall_known_extensions": False})
+        try:
+            con.execute(f"CREATE SCHEMA {q(catalog)}.{q(stored)}")
+            for t in tables:
+                con.execute(f"CREATE VIEW {q(catalog)}.{q(stored)}.{q(t.name)} AS "
+                            f"SELECT * FROM {q(catalog)}.main.{q(t.name)}")
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+        return f"resolves: schema {stored!r} of views over schema 'main'"
+
     # ------------------------------------------------------------------ write
 
     def write(self, location: str, tables: list[TableSpec], source: SourceDatabase,

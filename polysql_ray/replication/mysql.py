@@ -114,7 +114,8 @@ class MySQLWriter:
             cur.execute("SELECT @@version")
             return "mysql " + cur.fetchone()[0]
 
-    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "") -> str:
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "",
+                     schema: str = "") -> str:
         """Database name ``pq_<dataset>_<db_id>_<tag>`` (``servers.replica_name``)."""
         return replica_name(dataset, db_id, tag=tag)
 
@@ -277,10 +278,66 @@ class MySQLWriter:
         """``postgres.content_fingerprint`` of the database ("" when absent)."""
         return mysql_fingerprint(self.settings, location)
 
-    def drop(self, location: str) -> None:
-        """``DROP DATABASE IF EXISTS``."""
+    def carry_schema(self, location: str, tables: list[TableSpec], schema: str, stored: str) -> str:
+        """Make ``<schema>.<table>`` resolve: MySQL has no schemas, so an *alias database*
+        named ``stored`` (the source's schema/database name under the server's table-name
+        rule) holds one view per table over this copy (``SQL SECURITY DEFINER``, ``SELECT``
+        granted to the reader). The alias is claimed by a database comment naming this copy;
+        one held by anything else (another copy, another content, a user's database) is never
+        touched, and the sentence says so (qualified names are then unavailable here); a
+        claim whose copy no longer exists (a killed run) is stale and taken over.
+        :meth:`drop` drops the aliases a copy claimed. Returns the manifest sentence."""
+        import pymysql
+
+        if stored.lower() == location.lower():
+            return f"resolves: the replica database is {location!r}"
+        claim = alias_claim(location)
         with self._admin() as conn, conn.cursor() as cur:
+            for _ in range(2):
+                try:
+                    cur.execute(f"CREATE DATABASE {bq(stored)} CHARACTER SET utf8mb4 COMMENT %s", (claim,))
+                except pymysql.err.MySQLError as e:
+                    if e.args[0] != 1007:  # ER_DB_CREATE_EXISTS: see who holds it
+                        raise
+                cur.execute("SELECT schema_comment FROM information_schema.schemata "
+                            "WHERE schema_name = %s", (stored,))
+                row = cur.fetchone()
+                owner = (row[0] or "")[len(alias_claim("")):] if row and (row[0] or "").startswith(
+                    alias_claim("")) else None
+                if owner is None or owner == location or self._exists(cur, owner):
+                    break
+                # a stale claim: the copy that made it is gone (a killed run); take it over
+                cur.execute(f"DROP DATABASE IF EXISTS {bq(stored)}")
+            if row is None or row[0] != claim:
+                holder = (row[0] if row and row[0] else "a database that is not a polysql alias")
+                return (f"unavailable: database {stored!r} on the server is held by {holder}; "
+                        f"it is left alone, so {schema}.<table> does not resolve on this copy")
+            for t in tables:
+                cur.execute(f"CREATE OR REPLACE SQL SECURITY DEFINER VIEW {bq(stored)}.{bq(t.name)} "
+                            f"AS SELECT * FROM {bq(location)}.{bq(t.name)}")
+            host = self.settings.extra.get("reader_host", "%")
+            cur.execute(f"GRANT SELECT ON {bq(stored)}.* TO '{self.settings.user}'@'{host}'")
+        return (f"resolves: alias database {stored!r} of views over {location!r}, "
+                f"claimed for this copy")
+
+    @staticmethod
+    def _exists(cur, database: str) -> bool:
+        cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (database,))
+        return cur.fetchone() is not None
+
+    def drop(self, location: str) -> None:
+        """``DROP DATABASE IF EXISTS``, with the alias databases this copy claimed."""
+        with self._admin() as conn, conn.cursor() as cur:
+            cur.execute("SELECT schema_name FROM information_schema.schemata "
+                        "WHERE schema_comment = %s", (alias_claim(location),))
+            for (alias,) in cur.fetchall():
+                cur.execute(f"DROP DATABASE IF EXISTS {bq(alias)}")
             cur.execute(f"DROP DATABASE IF EXISTS {bq(location)}")
+
+
+def alias_claim(location: str) -> str:
+    """Comment of an alias database that the copy ``location`` claimed (``carry_schema``)."""
+    return f"polysql alias of {location}"
 
 
 def mysql_fingerprint(settings: ServerSettings, database: str) -> str:

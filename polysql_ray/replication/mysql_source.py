@@ -161,7 +161,8 @@ class MySQLReader:
                     for i, (_, parts) in enumerate(sorted(fks.items())))
                 cur.execute(f"SELECT COUNT(*) FROM {_bq(name)}")
                 tables.append(TableSpec(name=name, columns=cols, primary_key=tuple(pk),
-                                        foreign_keys=fk_specs, row_count=cur.fetchone()[0]))
+                                        foreign_keys=fk_specs, row_count=cur.fetchone()[0],
+                                        schema=db))
             return tables, skipped
 
     def _rows(self, conn, t: TableSpec, batch_rows: int):

@@ -1,9 +1,15 @@
-"""PostgreSQL target writer: an exact copy of a source database in one *schema*.
+"""PostgreSQL target writer: an exact copy of a source database in one *database*.
 
-Layout (see ``engines/postgres.py``): database ``ServerSettings.database`` (``polysql``,
-created when missing), one schema ``pq_<dataset>_<db_id>_<tag>`` per copy (``tag``: the copy's
-content and results-folder tag, ``Manifest.content_tag``). The engine sets ``search_path`` to
-exactly that schema, so predictions use unqualified table names.
+Layout (see ``engines/postgres.py``): one database ``pq_<dataset>_<db_id>_<tag>`` per copy
+(``tag``: the copy's content and results-folder tag, ``Manifest.content_tag``), holding the
+source's tables in a schema named as the source names it (``naming.source_schema``: ``main`` for
+an SQLite or DuckDB source, the source database's name for MySQL, the source schema for
+PostgreSQL), so a qualified reference (``main.singer``, ``concert_singer.singer``,
+``public.t``) resolves as on the source. The location is ``<database>/<schema>``; the engine
+sets ``search_path`` to that schema, and the database's own default ``search_path`` is set to
+it too (``ALTER DATABASE ... SET search_path``), so unqualified names resolve in any session.
+A database per copy (not a schema of one shared database) is what lets every copy have a
+schema called ``main``; two runs or two contents never share a database name.
 
 Names: the replica stores ``TableSpec.stored`` / ``ColumnSpec.stored``
 (``engines.identifiers``): a name the source resolves case-insensitively (SQLite, DuckDB,
@@ -11,20 +17,22 @@ MySQL columns) and that is a regular, non-reserved identifier is stored folded t
 so ``SELECT name FROM singer`` and ``SELECT Name FROM Singer`` both resolve, as they do on the
 source. Other names keep their exact spelling (quoted).
 
-Procedure (README "Replication"), in ONE transaction as the admin role (DDL is
-transactional in PostgreSQL, so a failure leaves nothing behind):
+Procedure (README "Replication"), as the admin role:
 
-1. ``DROP SCHEMA IF EXISTS ... CASCADE``; ``CREATE SCHEMA``; ``CREATE TABLE`` per table with
+1. ``DROP DATABASE IF EXISTS ... WITH (FORCE)``; ``CREATE DATABASE``; harden it for the reader
+   (``CONNECT`` only for the reader role, server-control functions revoked:
+   ``engines.postgres.harden_database``); ``CREATE SCHEMA`` named after the source's schema.
+2. In ONE transaction (DDL is transactional in PostgreSQL): ``CREATE TABLE`` per table with
    the replica names (always double-quoted in the DDL) and the types of
    ``typemap.TARGET_TYPES["postgres"]`` (BIGINT, DOUBLE PRECISION - never REAL/FLOAT4 -,
-   TEXT, BYTEA, NUMERIC(p,s), DATE, TIMESTAMP), no added columns.
-2. Bulk load with ``COPY ... FROM STDIN`` (psycopg ``Copy.write_row``; floats are sent as
-   their shortest round-trip text, so bit-exact).
-3. Constraints after loading, each under a SAVEPOINT so that one the data violates is dropped
-   *alone* and recorded with the server's reason: PRIMARY KEY, NOT NULL, then FOREIGN KEY
-   (referenced table/columns resolved case-insensitively, as SQLite resolves them).
-4. ``GRANT USAGE`` on the schema and ``SELECT`` on its tables to the reader role
-   (:func:`ensure_reader_role`), nothing else.
+   TEXT, BYTEA, NUMERIC(p,s), DATE, TIMESTAMP), no added columns; bulk load with
+   ``COPY ... FROM STDIN`` (psycopg ``Copy.write_row``; floats are sent as their shortest
+   round-trip text, so bit-exact); constraints after loading, each under a SAVEPOINT so that
+   one the data violates is dropped *alone* and recorded with the server's reason: PRIMARY
+   KEY, NOT NULL, then FOREIGN KEY (referenced table/columns resolved case-insensitively, as
+   SQLite resolves them); ``GRANT USAGE`` on the schema and ``SELECT`` on its tables to the
+   reader role (:func:`ensure_reader_role`), nothing else. A failure drops the database
+   (``replicate``).
 
 Fingerprint (reuse check): :func:`content_fingerprint` - sha256 over the schema's tables,
 column names/types and an order-independent hash of every row, recomputed at each reuse, so
@@ -39,6 +47,7 @@ from typing import Any, Callable, Iterable
 
 from polysql_ray.datasets.example import SourceDatabase
 from polysql_ray.engines import postgres as pg_engine
+from polysql_ray.engines.postgres import split_location
 from polysql_ray.engines.servers import ServerSettings, replica_name
 from polysql_ray.replication import typemap
 from polysql_ray.replication.constraints import resolve_foreign_key
@@ -155,6 +164,12 @@ class PostgresWriter:
         return f"PostgresWriter({self.settings.admin_user}@{self.settings.host}:{self.settings.port})"
 
     def _admin(self):
+        """Admin connection to the configured database (reader role ensured first)."""
+        self._ensure_role()
+        return pg_engine.connect(self.settings, admin=True)
+
+    def _ensure_role(self) -> None:
+        """Create the configured database and refresh the reader role, once per writer."""
         if not self._ready:
             ensure_database(self.settings)
             with pg_engine.connect(self.settings, admin=True) as c:
@@ -164,30 +179,50 @@ class PostgresWriter:
                     c.execute("SELECT pg_advisory_xact_lock(hashtext('polysql_ray:reader_role'))")
                     ensure_reader_role(self.settings, c)
             self._ready = True
-        return pg_engine.connect(self.settings, admin=True)
 
     def version(self) -> str:
         """``server_version`` of the server (e.g. ``15.20 (Debian 15.20-0+deb12u1)``)."""
         with pg_engine.connect(self.settings, admin=True, dbname="postgres") as c:
             return "postgresql " + c.execute("SHOW server_version").fetchone()[0]
 
-    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "") -> str:
-        """Schema name ``pq_<dataset>_<db_id>_<tag>`` (``servers.replica_name``)."""
-        return replica_name(dataset, db_id, tag=tag)
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "",
+                     schema: str = "") -> str:
+        """``<database>/<schema>``: database ``pq_<dataset>_<db_id>_<tag>``
+        (``servers.replica_name``), schema the source's (``naming.source_schema``; ``public``
+        when not given)."""
+        return f"{replica_name(dataset, db_id, tag=tag)}/{schema or 'public'}"
+
+    def _create_database(self, db: str, schema: str) -> None:
+        """A fresh, hardened database ``db`` with schema ``schema`` (module doc, step 1)."""
+        from psycopg import sql
+
+        role = sql.Identifier(self.settings.user)
+        with pg_engine.connect(self.settings, admin=True, dbname="postgres") as c:
+            c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
+            c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+        with pg_engine.connect(self.settings, admin=True, dbname=db) as c:
+            c.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(sql.Identifier(db)))
+            c.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(db), role))
+            c.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+            pg_engine.harden_database(c)
+            c.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            c.execute(sql.SQL("ALTER DATABASE {} SET search_path = {}").format(
+                sql.Identifier(db), sql.Identifier(schema)))
 
     def write(self, location: str, tables: list[TableSpec], source: SourceDatabase,
               reader) -> list[str]:
-        """Build the copy in one transaction; returns dropped-constraint sentences."""
+        """Build the copy (module doc); returns dropped-constraint sentences."""
         import psycopg
         from psycopg import sql
 
         dropped: list[str] = []
-        s = qi(location)
+        db, schema = split_location(location, self.settings.database)
+        s = qi(schema)
         try:
-            with self._admin() as conn:
+            self._ensure_role()  # the reader role exists before the GRANTs
+            self._create_database(db, schema)
+            with pg_engine.connect(self.settings, admin=True, dbname=db) as conn:
                 with conn.transaction():
-                    conn.execute(f"DROP SCHEMA IF EXISTS {s} CASCADE")
-                    conn.execute(f"CREATE SCHEMA {s}")
                     for t in tables:
                         cols = []
                         for c in t.columns:
@@ -199,9 +234,9 @@ class PostgresWriter:
                         self._constraints(conn, s, t, tables, dropped)
                     role = sql.Identifier(self.settings.user)
                     conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
-                        sql.Identifier(location), role))
+                        sql.Identifier(schema), role))
                     conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(
-                        sql.Identifier(location), role))
+                        sql.Identifier(schema), role))
         except psycopg.Error as e:
             raise ReplicationError(f"postgres copy {location}: {e}") from e
         return dropped
@@ -250,32 +285,63 @@ class PostgresWriter:
                             f"({', '.join(qi(parent.stored_column(c)) for c in pcols)})",
                       what, dropped)
 
+    def _connect(self, location: str):
+        """Admin connection to the database of ``location``; None when it does not exist."""
+        import psycopg
+
+        db, _ = split_location(location, self.settings.database)
+        self._ensure_role()
+        try:
+            return pg_engine.connect(self.settings, admin=True, dbname=db)
+        except psycopg.OperationalError:
+            with pg_engine.connect(self.settings, admin=True, dbname="postgres") as c:
+                if c.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db]).fetchone():
+                    raise
+            return None
+
     def checksums(self, location: str, tables: list[TableSpec]) -> dict[str, TableChecksum]:
         """Certificate side B from psycopg's Python values of the copy."""
         out = {}
-        with self._admin() as conn:
+        schema = split_location(location, self.settings.database)[1]
+        conn = self._connect(location)
+        if conn is None:
+            raise ReplicationError(f"postgres copy {location} does not exist")
+        with conn:
             for t in tables:
                 cols = ", ".join(qi(c.stored) for c in t.columns)
                 with conn.cursor() as cur:
-                    cur.execute(f"SELECT {cols} FROM {qi(location)}.{qi(t.stored)}")
+                    cur.execute(f"SELECT {cols} FROM {qi(schema)}.{qi(t.stored)}")
                     out[t.name] = checksum_cursor(t, cur, chunk=10_000)
         return out
 
     def fingerprint(self, location: str) -> str:
         """:func:`content_fingerprint` of the schema ("" when absent)."""
-        with self._admin() as conn:
+        schema = split_location(location, self.settings.database)[1]
+        conn = self._connect(location)
+        if conn is None:
+            return ""
+        with conn:
             cols = [tuple(r) for r in conn.execute(
                 "SELECT table_name, column_name, data_type FROM information_schema.columns "
-                "WHERE table_schema = %s ORDER BY table_name, ordinal_position", [location])]
+                "WHERE table_schema = %s ORDER BY table_name, ordinal_position", [schema])]
 
             def rows(t: str, cs: list[str]):
                 cur = conn.cursor()
-                cur.execute(f"SELECT {', '.join(map(qi, cs))} FROM {qi(location)}.{qi(t)}")
+                cur.execute(f"SELECT {', '.join(map(qi, cs))} FROM {qi(schema)}.{qi(t)}")
                 return cur
 
             return content_fingerprint(cols, rows)
 
     def drop(self, location: str) -> None:
-        """``DROP SCHEMA ... CASCADE`` (no error when absent)."""
+        """Drop the copy's database (``<database>/<schema>``; a bare ``<schema>``, the layout
+        before one database per copy, drops that schema of the configured database). No
+        error when absent."""
+        from psycopg import sql
+
+        if "/" in location:
+            db = split_location(location, self.settings.database)[0]
+            with pg_engine.connect(self.settings, admin=True, dbname="postgres") as c:
+                c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
+            return
         with self._admin() as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {qi(location)} CASCADE")

@@ -2,9 +2,9 @@
 
 :class:`PostgresReader` implements ``replication.base.SourceReader``. ``SourceDatabase.location``
 is ``<schema>`` (in the configured ``database``) or ``<database>/<schema>``; the admin role
-reads. A plain-SQL ``pg_dump`` file becomes a source schema through :func:`install_dump`
-(``psql``, the ordinary client, loads it into a scratch database; it is then copied into a
-schema of the configured database, where gold SQL runs).
+reads. A plain-SQL ``pg_dump`` file becomes a source database through :func:`install_dump`
+(``psql``, the ordinary client, loads it as it is into its own database, where gold SQL
+runs, so names the dump's SQL qualifies, ``public.t``, resolve).
 
 Typed source: the logical type comes from the declared type (:data:`POSTGRES_LOGICAL`, as data;
 ``information_schema.columns.data_type``):
@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from polysql_ray.datasets.example import SourceDatabase
 from polysql_ray.engines import postgres as pg_engine
+from polysql_ray.engines.postgres import split_location
 from polysql_ray.engines.servers import ServerSettings
 from polysql_ray.replication.base import (
     ColumnSpec, ForeignKeySpec, ReplicationError, TableChecksum, TableSpec,
@@ -55,12 +56,6 @@ POSTGRES_LOGICAL: dict[str, str] = {
 POSTGRES_WIDENED: dict[str, str] = {
     "real": "PostgreSQL real (4 bytes) carried as DOUBLE (exact widening)",
 }
-
-
-def split_location(location: str, default_database: str) -> tuple[str, str]:
-    """``<database>/<schema>`` or ``<schema>`` -> ``(database, schema)``."""
-    db, sep, schema = location.partition("/")
-    return (db, schema) if sep else (default_database, location)
 
 
 def load_dump(path: str, database: str, settings: ServerSettings | dict | None = None,
@@ -89,45 +84,38 @@ def load_dump(path: str, database: str, settings: ServerSettings | dict | None =
 def install_dump(source: SourceDatabase, path: str, settings: ServerSettings | dict | None = None) -> bool:
     """Installer of ``replication.sources`` (``install="pg_dump:<file>"``).
 
-    The dump is loaded by :func:`load_dump` into a scratch database, then copied (verified,
-    names and types kept exactly: PostgreSQL to PostgreSQL) into the schema
-    ``source.location`` of the configured database, where the PostgreSQL engine runs gold, and
-    the scratch database is dropped. Only the dump's ``public`` schema is read. The schema's
+    ``source.location`` is ``<database>/<schema>``: the dump is loaded by :func:`load_dump`
+    into that database as it is, schemas and names kept, so the gold SQL written for the dump
+    (``public.t`` included) runs there as on the database the dump came from; the reader role
+    gets ``CONNECT`` and ``SELECT`` on ``<schema>`` (the schema that is read and copied), the
+    database is hardened like a replica (``engines.postgres.harden_database``). The database
     comment records the file's sha256; an unchanged file is not loaded again. Returns True
     when reused.
     """
     from psycopg import sql
 
-    from polysql_ray.replication import certificate
     from polysql_ray.replication.base import file_sha256
     from polysql_ray.replication.postgres import PostgresWriter
 
     if not isinstance(settings, ServerSettings):
         settings = ServerSettings.from_dict(settings, **pg_engine.DEFAULTS)
-    schema = source.location
+    db, schema = split_location(source.location, settings.database)
     digest = f"polysql pg_dump {file_sha256(path)}"
-    writer = PostgresWriter(settings)
-    with writer._admin() as c:
-        row = c.execute("SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace "
-                        "WHERE nspname = %s", [schema]).fetchone()
+    with pg_engine.connect(settings, admin=True, dbname="postgres") as c:
+        row = c.execute("SELECT shobj_description(oid, 'pg_database') FROM pg_database "
+                        "WHERE datname = %s", [db]).fetchone()
     if row and row[0] == digest:
         return True
-    scratch = (schema + "_load")[:63]
-    try:
-        load_dump(path, scratch, settings)
-        reader = PostgresReader(settings)
-        src = SourceDatabase(source.dataset, source.db_id, "postgres", f"{scratch}/public")
-        tables, _ = reader.read_schema(src)
-        writer.write(schema, tables, src, reader)
-        certificate.verify(src, tables, reader, writer, schema)
-    except BaseException:
-        writer.drop(schema)
-        raise
-    finally:
-        with pg_engine.connect(settings, admin=True, dbname="postgres") as c:
-            c.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(scratch)))
-    with writer._admin() as c:
-        c.execute(sql.SQL("COMMENT ON SCHEMA {} IS {}").format(sql.Identifier(schema), sql.Literal(digest)))
+    PostgresWriter(settings)._ensure_role()  # the reader role exists before the GRANTs
+    load_dump(path, db, settings)
+    role, sdb, ssch = (sql.Identifier(settings.user), sql.Identifier(db), sql.Identifier(schema))
+    with pg_engine.connect(settings, admin=True, dbname=db) as c:
+        c.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(sdb))
+        c.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sdb, role))
+        pg_engine.harden_database(c)
+        c.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(ssch, role))
+        c.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(ssch, role))
+        c.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(sdb, sql.Literal(digest)))
     return False
 
 
@@ -162,8 +150,11 @@ class PostgresReader:
         except Exception as e:  # noqa: BLE001 - psycopg raises several kinds
             raise ReplicationError(f"cannot connect to PostgreSQL source {source.location}: {e}") from e
 
-    def _schema(self, source: SourceDatabase) -> str:
+    def schema_name(self, source: SourceDatabase) -> str:
+        """The source's schema (``<database>/<schema>`` or ``<schema>``), as queries qualify it."""
         return split_location(source.location, self.settings.database)[1]
+
+    _schema = schema_name
 
     def content_hash(self, source: SourceDatabase) -> str:
         """Content fingerprint of the schema (column list + every row)."""

@@ -59,7 +59,8 @@ class SnowflakeWriter:
         finally:
             con.close()
 
-    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "") -> str:
+    def location_for(self, dataset: str, db_id: str, replicas_dir: Path, tag: str = "",
+                     schema: str = "") -> str:
         """Schema name ``PQ_<DATASET>_<DB_ID>_<TAG>``."""
         return sf.schema_name(dataset, db_id, tag)
 

@@ -81,10 +81,16 @@ class SqliteReader:
         """sha256 hex of the SQLite file bytes."""
         return file_sha256(source.location)
 
+    def read_catalog(self, source: SourceDatabase) -> list[TableSpec]:
+        """Tables with exact identifiers, declared types and keys, from the PRAGMAs alone: no
+        value is read (logical types from the declared type, ``row_count`` 0)."""
+        return self.read_schema(source, types="catalog")[0]
+
     def read_schema(self, source: SourceDatabase, types: str = "declared"
                     ) -> tuple[list[TableSpec], list[str]]:
         """Tables with exact identifiers, PK/FK/NOT NULL, row counts and logical types
-        (``types``: ``declared`` or ``storage``, see module doc)."""
+        (``types``: ``declared`` or ``storage``, see module doc; ``catalog``: see
+        :meth:`read_catalog`)."""
         con = self._connect(source)
         con.text_factory = str
         try:
@@ -108,7 +114,7 @@ class SqliteReader:
         cols, pk = [], []
         for _cid, cname, ctype, notnull, _default, pkpos in info:
             qc = quote_ident(cname)
-            classes = {t: n for t, n in con.execute(
+            classes = {} if types == "catalog" else {t: n for t, n in con.execute(
                 f"SELECT typeof({qc}), count(*) FROM {q} GROUP BY 1") if t != "null"}
             max_abs = None
             if "integer" in classes:
@@ -134,9 +140,9 @@ class SqliteReader:
             fk_specs.append(ForeignKeySpec(
                 columns=tuple(p[2] for p in parts), ref_table=parts[0][1],
                 ref_columns=tuple(p[3] for p in parts if p[3] is not None), id=fid))
-        rows = con.execute(f"SELECT count(*) FROM {q}").fetchone()[0]
+        rows = 0 if types == "catalog" else con.execute(f"SELECT count(*) FROM {q}").fetchone()[0]
         return TableSpec(name=name, columns=cols, primary_key=tuple(c for _, c in sorted(pk)),
-                         foreign_keys=tuple(fk_specs), row_count=rows)
+                         foreign_keys=tuple(fk_specs), row_count=rows, schema="main")
 
     def _declared(self, con: sqlite3.Connection, q: str, col: ColumnSpec) -> None:
         """Keep ``col``'s declared type when every stored value conforms (module doc)."""

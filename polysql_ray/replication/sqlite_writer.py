@@ -96,6 +96,16 @@ class SqliteWriter(FileTargetWriter):
     suffix = ".sqlite"
     temp_suffixes = (".tmp", ".tmp-journal")
 
+    def carry_schema(self, location: str, tables: list[TableSpec], schema: str, stored: str) -> str:
+        """SQLite has one schema per opened file, ``main``: a source schema of that name
+        resolves; any other (a MySQL database, a PostgreSQL schema) would need the engine to
+        ATTACH the file a second time under that name, which it does not: recorded
+        unavailable."""
+        if stored == "main":
+            return "resolves: schema 'main' of the replica"
+        return (f"unavailable: an SQLite replica has only schema 'main', so {schema}.<table> "
+                f"does not resolve")
+
     def __init__(self, settings: dict | None = None) -> None:
         self.settings = settings or {}
 

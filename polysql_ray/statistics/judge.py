@@ -21,7 +21,6 @@ import hashlib
 import json
 import math
 import os
-import sqlite3
 import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -80,27 +79,16 @@ class JudgeRun:
     kappa: float = math.nan
 
 
-def _schema_text(location: str, cache: dict) -> str:
-    """Compact ``table(col, ...)`` schema of a SQLite source (read-only); "" otherwise."""
-    if location in cache:
-        return cache[location]
-    text = ""
-    try:
-        con = sqlite3.connect(f"file:{location}?mode=ro", uri=True)
-        try:
-            tables = [r[0] for r in con.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
-            parts = []
-            for t in tables:
-                cols = [r[1] for r in con.execute(f'PRAGMA table_info("{t.replace(chr(34), chr(34) * 2)}")')]
-                parts.append(f"{t}({', '.join(cols)})")
-            text = "; ".join(parts)
-        finally:
-            con.close()
-    except sqlite3.Error:
-        text = ""
-    cache[location] = text
-    return text
+def _schema_text(engine: str, location: str, cache: dict) -> str:
+    """Compact ``table(col, ...)`` schema of a source database, tables by name, read by its
+    engine's replication reader (``comparison.equivalence.read_source_schema``); "" when it
+    cannot be read."""
+    from polysql_ray.comparison.equivalence import read_source_schema
+
+    if (engine, location) not in cache:
+        schema = read_source_schema(engine, location) or {}
+        cache[(engine, location)] = "; ".join(f"{t}({', '.join(cols)})" for t, cols in sorted(schema.items()))
+    return cache[(engine, location)]
 
 
 def select_failures(results_dir: str | Path, models: Sequence[str] = (), dialects: Sequence[str] = (),
@@ -189,7 +177,7 @@ def run_judge(results_dir: str | Path, judge_cfg: Mapping, models: Sequence[str]
     for r in rows:
         src = sources.get((r["dataset"], r["db_id"]))
         ctx = {**r, "question": questions.get((r["dataset"], str(r["question_id"]))),
-               "db_schema": _schema_text(src[1], schemas) if src and src[0] == "sqlite" else None}
+               "db_schema": _schema_text(src[0], src[1], schemas) if src else None}
         m = judge_messages(ctx)
         msgs.append(m)
         shas.append(messages_sha256(m))
