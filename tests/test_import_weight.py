@@ -36,3 +36,12 @@ def test_statistics_names_still_resolve():
     assert set(statistics.__all__) <= set(dir(statistics))
     with pytest.raises(AttributeError):
         statistics.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("module", ["polysql_ray.comparison.verdict", "polysql_ray.pipeline.actors",
+                                    "polysql_ray.comparison.ast"])
+def test_scoring_worker_modules_do_not_load_scipy(module):
+    # every scoring worker and the driver import these; SciPy (~20 MiB, 0.3 s) only loads for a
+    # tolerance matching of multi-column rows
+    assert _loaded(module, ("scipy",)) == []
+
