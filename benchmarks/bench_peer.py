@@ -32,13 +32,14 @@ Contenders (each optional, in this order, one after the other):
   SQL text that only skips a sentence splitter.
 * ``--baseline REF``: this project at git ``REF`` (``git archive`` into a temp folder, run with
   ``PYTHONPATH`` pointing there), e.g. the previous release;
-* ours: this checkout, ``python -m polysql_ray`` with the sweep as command-line overrides.
+* ours: this checkout, ``python -m polysql_ray`` with the sweep as command-line overrides;
+* ``--variant 'k=v k2=v2'`` (repeatable): this checkout again with more overrides.
 
 Ours runs from an empty results folder each time (no replica is needed: sqlite is the source).
-When both ours and the baseline ran, the verdicts of every (model, question) are compared.
+The verdicts of every (model, question) of each later run of ours are compared with the first.
 
     python benchmarks/bench_peer.py [--peer /tmp/test-suite-sql-eval --peer-python PY]
-        [--baseline REF] [--sets 21] [--repeats 1] [-- extra overrides for ours and the baseline]
+        [--baseline REF] [--variant OVERRIDES ...] [--sets 21] [--repeats 1] [-- overrides for all of ours]
 
 Nothing of the peer is part of this project: check it out anywhere outside the repository.
 """
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
 import os
 import re
@@ -352,6 +354,9 @@ def main() -> None:
     ap.add_argument("--peer-python", default=sys.executable, help="a Python with nltk, sqlparse, tqdm")
     ap.add_argument("--baseline", help="git ref of this project to compare against (e.g. the previous release)")
     ap.add_argument("--no-ours", action="store_true", help="skip this checkout (peer/baseline only)")
+    ap.add_argument("--variant", action="append", default=[], metavar="OVERRIDES",
+                    help="also run this checkout with these space-separated overrides (repeatable), "
+                         "e.g. 'pipeline.structural_check=off'")
     ap.add_argument("--sets", type=int, default=21)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--sample-s", type=float, default=0.2)
@@ -388,6 +393,9 @@ def main() -> None:
                                            capture_output=True, text=True).stdout.strip() else ""
         contenders.append((f"ours @ {head}{dirty}", lambda: run_ours("ours", REPO, args, shared, db_ids, work,
                                                                         names, extra)))
+        for i, variant in enumerate(args.variant):
+            contenders.append((f"ours variant {i + 1}", functools.partial(
+                run_ours, f"variant{i + 1}", REPO, args, shared, db_ids, work, names, [*extra, *variant.split()])))
     header = (f"{'':<22} {'wall s':>8} {'vs 1st':>7} {'CPU s':>8} {'tree RSS':>9} {'tree PSS':>9} "
               f"{'largest':>8}  {'largest process':<28} {'procs':>5} {'EX correct/scored'}")
     results: dict[str, list[dict]] = {}
@@ -404,12 +412,14 @@ def main() -> None:
                   f"{r['cpu_sampled_s']:.1f} s)", flush=True)
             if r.get("lingering"):
                 print(f"{'':<22} {r['lingering']} processes still alive 30 s after the top one exited: killed")
+    for i, variant in enumerate(args.variant):
+        print(f"ours variant {i + 1}: {variant}")
     ours = [lbl for lbl in results if lbl.startswith("ours")]
-    if len(ours) == 2:
-        a, b = (results[lbl][-1]["verdicts"] for lbl in ours)
+    for other in ours[1:]:
+        a, b = (results[lbl][-1]["verdicts"] for lbl in (ours[0], other))
         diff = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
         print(f"verdicts: {len(diff)} of {len(a.keys() | b.keys())} (model, question) differ between "
-              f"{ours[0]} and {ours[1]}" + (f", e.g. {diff[:5]}" if diff else ""))
+              f"{ours[0]} and {other}" + (f", e.g. {diff[:5]}" if diff else ""))
     if args.repeats > 1:
         print("best wall per contender: " + ", ".join(f"{lbl} {min(r['wall_s'] for r in rs):.1f} s"
                                                       for lbl, rs in results.items()))
