@@ -354,6 +354,8 @@ def main() -> None:
     ap.add_argument("--peer-python", default=sys.executable, help="a Python with nltk, sqlparse, tqdm")
     ap.add_argument("--baseline", help="git ref of this project to compare against (e.g. the previous release)")
     ap.add_argument("--no-ours", action="store_true", help="skip this checkout (peer/baseline only)")
+    ap.add_argument("--ours", default=str(REPO), help="the checkout to run as ours (default: this one; e.g. a "
+                                                      "`git archive HEAD` copy, so later edits are not measured)")
     ap.add_argument("--variant", action="append", default=[], metavar="OVERRIDES",
                     help="also run this checkout with these space-separated overrides (repeatable), "
                          "e.g. 'pipeline.structural_check=off'")
@@ -391,11 +393,14 @@ def main() -> None:
                               capture_output=True, text=True).stdout.strip()
         dirty = "+dirty" if subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "-uno"],
                                            capture_output=True, text=True).stdout.strip() else ""
-        contenders.append((f"ours @ {head}{dirty}", lambda: run_ours("ours", REPO, args, shared, db_ids, work,
+        ours = Path(args.ours).resolve()
+        if ours != REPO:
+            dirty = f" ({ours.name})"
+        contenders.append((f"ours @ {head}{dirty}", lambda: run_ours("ours", ours, args, shared, db_ids, work,
                                                                         names, extra)))
         for i, variant in enumerate(args.variant):
             contenders.append((f"ours variant {i + 1}", functools.partial(
-                run_ours, f"variant{i + 1}", REPO, args, shared, db_ids, work, names, [*extra, *variant.split()])))
+                run_ours, f"variant{i + 1}", ours, args, shared, db_ids, work, names, [*extra, *variant.split()])))
     header = (f"{'':<22} {'wall s':>8} {'vs 1st':>7} {'CPU s':>8} {'tree RSS':>9} {'tree PSS':>9} "
               f"{'largest':>8}  {'largest process':<28} {'procs':>5} {'EX correct/scored'}")
     results: dict[str, list[dict]] = {}
