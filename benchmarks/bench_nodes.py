@@ -8,7 +8,10 @@ the same two either way, so no speed-up is expected: the difference in wall time
 second raylet and object store cost.
 
 The sweep: ``--models`` names for the gold generator over the first ``--questions`` questions of
-Spider dev on sqlite and duckdb. An untimed warm-up run builds the replicas first.
+Spider dev on sqlite and duckdb. On each cluster an untimed warm-up sweep (one model) runs first:
+it builds the replicas (once, shared by every layout) and starts the workers, so both layouts are
+timed warm (before, only the first layout got a warm-up, and two nodes were timed cold against
+one node warm).
 
     python benchmarks/bench_nodes.py [--models 2] [--questions 1000] [--repeats 1]
 
@@ -46,7 +49,7 @@ def sweep(cluster, workdir: str, models: int, questions: int, tag: str):
     return stats, wall
 
 
-def one_layout(cpus: list[int], workdir: str, models: int, questions: int, tag: str, warm_up: bool) -> dict:
+def one_layout(cpus: list[int], workdir: str, models: int, questions: int, tag: str) -> dict:
     import ray
     from ray._private import state
     from ray.cluster_utils import Cluster
@@ -59,8 +62,7 @@ def one_layout(cpus: list[int], workdir: str, models: int, questions: int, tag: 
             names[cluster.add_node(num_cpus=n).node_id] = f"worker{i + 1}"
         cluster.wait_for_nodes()
         startup = time.perf_counter() - t0
-        if warm_up:
-            sweep(cluster, workdir, 1, questions, "warm-up")
+        sweep(cluster, workdir, 1, questions, "warm-up")
         before = set(state.actors()) if ray.is_initialized() else set()
         stats, wall = sweep(cluster, workdir, models, questions, tag)
         placed = collections.Counter(names.get(a["Address"]["NodeID"], "?") for k, a in state.actors().items()
@@ -86,11 +88,9 @@ def main() -> None:
     print(f"sweep: {args.models} gold models x Spider dev first {args.questions} questions x sqlite+duckdb; "
           f"5 logical CPUs either way, {os.cpu_count()} cores on this machine")
     walls: dict[str, list[float]] = collections.defaultdict(list)
-    first = True
     for rep in range(args.repeats):
         for name, cpus in LAYOUTS.items():
-            r = one_layout(cpus, args.workdir, args.models, args.questions, f"{rep}", warm_up=first)
-            first = False
+            r = one_layout(cpus, args.workdir, args.models, args.questions, f"{rep}")
             walls[name].append(r["wall_s"])
             print(f"{name:<10} repeat {rep}: start-up {r['startup_s']:5.1f} s | wall {r['wall_s']:6.1f} s | "
                   f"{r['items'] / r['wall_s']:7.1f} items/s | execution actors on {r['actors']} | stages {r['stages']}")

@@ -56,8 +56,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import maximum_bipartite_matching
 
 from .normalize import NULL_CODE, PairCodes, canonical_column, close, pair_codes
 from .policy import ComparisonPolicy
@@ -143,6 +141,11 @@ def _match_group(a: np.ndarray, b: np.ndarray, gf: np.ndarray, pf: np.ndarray,
     """Tolerance matching of gold rows ``a`` against predicted rows ``b`` (index arrays)."""
     ga, pb = gf[a], pf[b]
     if ga.shape[1] > 1 and len(a) * len(b) <= BIPARTITE_CAP:
+        # SciPy (~20 MiB, 0.3 s to import) only here: every driver and scoring worker imports
+        # this module, few results need tolerance matching of multi-column rows
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.csgraph import maximum_bipartite_matching
+
         adj = close(ga[:, None, :], pb[None, :, :], policy).all(axis=2)
         mt = maximum_bipartite_matching(csr_matrix(adj), perm_type="column")
         used = set(mt[mt >= 0].tolist())

@@ -626,13 +626,55 @@ def ray_init_kwargs(cfg: dict) -> dict[str, Any]:
 def init_ray(cfg: dict) -> None:
     """Start the run's own local Ray cluster, or join ``ray.address`` when set
     (:func:`ray_init_kwargs`). A local cluster gets a reaper (:data:`REAPER`): if the driver
-    dies without shutting Ray down (``kill -9``), the cluster's processes go with it."""
+    dies without shutting Ray down (``kill -9``), the cluster's processes go with it.
+
+    With ``ray.lean_head`` (default true) a local cluster starts without the two head processes
+    it has no use for (:func:`_lean_head`): about 160 MiB of RSS and 1 s of CPU less."""
     if ray.is_initialized():
         return
     kwargs = ray_init_kwargs(cfg)
-    ray.init(**kwargs)
+    lean = kwargs["address"] == "local" and bool((cfg.get("ray") or {}).get("lean_head", True))
+    restore = _lean_head(log_monitor=kwargs["log_to_driver"]) if lean else None
+    try:
+        ray.init(**kwargs)
+    finally:
+        if restore:
+            restore()
     if kwargs["address"] == "local":
         _start_reaper()
+
+
+def _lean_head(log_monitor: bool):
+    """Make the next ``ray.init`` start a local head node without Ray's autoscaler monitor (a
+    fixed local cluster has nothing to autoscale) and, unless ``log_monitor``, without its log
+    monitor (it only forwards worker output to the driver, which ``log_to_driver=False`` turns
+    off); each is a Python process of ~80 MiB. ``ray.init`` has no argument for either, so the
+    defaults of the node parameters it builds (``RayParams(no_monitor=, include_log_monitor=)``,
+    the switches behind ``ray start --no-monitor --include-log-monitor``) are changed until the
+    returned function is called. Returns None (nothing changed) for a Ray without them."""
+    import functools
+    import inspect
+
+    from ray._private import parameter
+
+    init = parameter.RayParams.__init__
+    names = inspect.signature(init).parameters
+    if "no_monitor" not in names or "include_log_monitor" not in names:
+        return None
+
+    @functools.wraps(init)
+    def lean_init(self, *args, **kwargs):
+        kwargs.setdefault("no_monitor", True)
+        if not log_monitor:
+            kwargs.setdefault("include_log_monitor", False)
+        init(self, *args, **kwargs)
+
+    parameter.RayParams.__init__ = lean_init
+
+    def restore() -> None:
+        parameter.RayParams.__init__ = init
+
+    return restore
 
 
 #: Runs beside a driver that started a local cluster: every second it notes the driver's

@@ -68,7 +68,7 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
     except FileNotFoundError:
         return _SCHEMA.empty_table()
     try:
-        rows = _stats_ex_table(con, CELL)
+        rows = _stats_ex_table(con, CELL, ci_method=None)  # no CI shown: skip statsmodels
     finally:
         con.close()
     out = []

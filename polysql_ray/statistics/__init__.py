@@ -2,21 +2,37 @@
 
 Everything reads the deduplicated store through DuckDB (:mod:`.load`); tables are lists of
 dicts sorted deterministically so reports built from them are byte-stable.
-"""
-from .agreement import cohen_kappa_2x2, difficulty_hierarchy, mcnemar_test, pairwise_dialects
-from .ex import CI_METHODS, drop_from_baseline, ex_table, proportion_ci
-from .load import (ANALYSIS_KEY, CELL, PAIR_KEY, CountingPolicy, LoadSummary, load_scores,
-                   store_files)
-from .ranking import model_ranks, rank_instability
-from .summary import Statistics, StatsConfig, compute_statistics
-from .taxonomy import (JUDGE_LABELS, RULES, JudgeResult, TaxonomyRule, build_judge_prompt,
-                       classify_row, error_taxonomy, judge_error_class, parse_judge_label)
 
-__all__ = [
-    "ANALYSIS_KEY", "CELL", "CI_METHODS", "JUDGE_LABELS", "PAIR_KEY", "RULES",
-    "CountingPolicy", "JudgeResult", "LoadSummary", "Statistics", "StatsConfig", "TaxonomyRule",
-    "build_judge_prompt", "classify_row", "cohen_kappa_2x2", "compute_statistics",
-    "difficulty_hierarchy", "drop_from_baseline", "error_taxonomy", "ex_table",
-    "judge_error_class", "load_scores", "mcnemar_test", "model_ranks", "pairwise_dialects",
-    "parse_judge_label", "proportion_ci", "rank_instability", "store_files",
-]
+The names below are imported on first use (PEP 562), so importing one submodule (the run's
+EX table uses :mod:`.ex` and :mod:`.load`) does not load statsmodels and SciPy's statistics
+(about a second) for the others.
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "agreement": ("cohen_kappa_2x2", "difficulty_hierarchy", "mcnemar_test", "pairwise_dialects"),
+    "ex": ("CI_METHODS", "drop_from_baseline", "ex_table", "proportion_ci"),
+    "load": ("ANALYSIS_KEY", "CELL", "PAIR_KEY", "CountingPolicy", "LoadSummary", "load_scores", "store_files"),
+    "ranking": ("model_ranks", "rank_instability"),
+    "summary": ("Statistics", "StatsConfig", "compute_statistics"),
+    "taxonomy": ("JUDGE_LABELS", "RULES", "JudgeResult", "TaxonomyRule", "build_judge_prompt", "classify_row",
+                 "error_taxonomy", "judge_error_class", "parse_judge_label"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

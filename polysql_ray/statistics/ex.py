@@ -17,7 +17,6 @@ from collections.abc import Iterable, Sequence
 
 import duckdb
 import numpy as np
-from statsmodels.stats.proportion import proportion_confint
 
 from .load import CELL, SCORES_TABLE
 
@@ -54,6 +53,8 @@ def proportion_ci(
         draws = np.random.default_rng(seed).binomial(n, k / n, size=n_boot) / n
         lo, hi = np.quantile(draws, [alpha / 2, 1 - alpha / 2])
         return (float(lo), float(hi))
+    from statsmodels.stats.proportion import proportion_confint  # ~1 s of imports: only when asked
+
     lo, hi = proportion_confint(k, n, alpha=alpha, method=method)
     return (float(max(0.0, lo)), float(min(1.0, hi)))
 
@@ -66,7 +67,7 @@ def ex_table(
     con: duckdb.DuckDBPyConnection,
     by: Sequence[str] = CELL,
     alpha: float = 0.05,
-    ci_method: str = "wilson",
+    ci_method: str | None = "wilson",
 ) -> list[dict]:
     """EX per group of the loaded ``scores`` table.
 
@@ -75,7 +76,8 @@ def ex_table(
         by: group columns; the default is one evaluation cell
             ``(model, dataset, dialect, instruction_level)``; ``("model", "dialect")`` pools
             datasets and instruction levels (micro-average over questions).
-        alpha, ci_method: see :func:`proportion_ci`.
+        alpha, ci_method: see :func:`proportion_ci`; ``ci_method=None`` computes no interval
+            (every ``*_lo``/``*_hi`` is None), for callers that show none (the run's own table).
 
     Returns:
         One dict per group, sorted by the group columns, with the group columns and:
@@ -120,11 +122,12 @@ def ex_table(
         rec = dict(zip(names, row))
         n, k = rec["n"], rec["correct"]
         rec["ex"] = _ratio(k, n)
-        rec["ex_lo"], rec["ex_hi"] = proportion_ci(k, n, alpha, ci_method)
+        rec["ex_lo"], rec["ex_hi"] = proportion_ci(k, n, alpha, ci_method) if ci_method else (None, None)
         n2 = n - rec["timeouts"]
         rec["n_no_timeout"] = n2
         rec["ex_no_timeout"] = _ratio(k, n2)
-        rec["ex_no_timeout_lo"], rec["ex_no_timeout_hi"] = proportion_ci(k, n2, alpha, ci_method)
+        rec["ex_no_timeout_lo"], rec["ex_no_timeout_hi"] = (proportion_ci(k, n2, alpha, ci_method) if ci_method
+                                                            else (None, None))
         rec["ex_unflagged"] = _ratio(rec["correct_unflagged"], rec["n_unflagged"])
         out.append(rec)
     return out

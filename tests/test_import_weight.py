@@ -1,0 +1,47 @@
+"""Import weight of the modules the driver and Ray workers load (issue 13: start-up cost).
+
+Each check imports a module in a fresh interpreter and asserts that heavy packages it does
+not need stay unloaded; a regression (an eager import added back) makes it fail.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _loaded(module: str, heavy: tuple[str, ...]) -> list[str]:
+    code = f"import sys, {module}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return [m for m in out.stdout.strip().split(",") if m]
+
+
+@pytest.mark.parametrize("module", ["polysql_ray.pipeline.summary", "polysql_ray.statistics.ex",
+                                    "polysql_ray.statistics"])
+def test_run_summary_does_not_load_statsmodels(module):
+    # the run's EX table shows no confidence interval: statsmodels/scipy.stats (~1 s) stay unloaded
+    assert _loaded(module, ("statsmodels", "scipy.stats")) == []
+
+
+def test_statistics_names_still_resolve():
+    from polysql_ray import statistics
+
+    assert statistics.proportion_ci(5, 10)[0] < 0.5 < statistics.proportion_ci(5, 10)[1]
+    assert set(statistics.__all__) <= set(dir(statistics))
+    with pytest.raises(AttributeError):
+        statistics.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("module", ["polysql_ray.comparison.verdict", "polysql_ray.pipeline.actors",
+                                    "polysql_ray.comparison.ast"])
+def test_scoring_worker_modules_do_not_load_scipy(module):
+    # every scoring worker and the driver import these; SciPy (~20 MiB, 0.3 s) only loads for a
+    # tolerance matching of multi-column rows
+    assert _loaded(module, ("scipy",)) == []
+
