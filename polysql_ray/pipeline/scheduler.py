@@ -148,7 +148,7 @@ class Scheduler:
         self.max_exec, self.max_score = int(pcfg["max_inflight_exec"]), int(pcfg["max_inflight_score"])
         self.score_cpus = float(pcfg.get("score_num_cpus", 0.25))
         self.limits = dict(cfg["limits"])
-        self.cache_size = max(0, int(pcfg.get("exec_cache_size", 50_000)))
+        self.cache_size = max(0, int(pcfg.get("exec_cache_size", 20_000)))
         self.writer = TimedWriter(store, int(pcfg.get("flush_rows", 20_000)), float(pcfg.get("flush_s", 10.0)))
         self._check_fits = check_fits
         self._engine_settings = engine_settings

@@ -49,7 +49,9 @@ _SCHEMA = pa.schema([(c, pa.string()) if c in (*CELL,) else
 #: Store columns the EX table reads (:func:`polysql_ray.statistics.ex.ex_table` counts them).
 EX_COLUMNS = ("basis", "flags", "generator", "cell_key")
 #: DuckDB memory cap of the end-of-run EX table (it spills to its temp folder beyond it).
-EX_TABLE_MEMORY = "512MB"
+EX_TABLE_MEMORY = "256MB"
+#: Cells aggregated per DuckDB query by the end-of-run EX table (about 30k rows of Spider).
+EX_TABLE_CELLS = 32
 
 
 def _pct(k: int, n: int) -> float | None:
@@ -69,21 +71,29 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
     root = store.root if isinstance(store, ResultsStore) else Path(store)
     if cell_keys is not None and not cell_keys:
         return _SCHEMA.empty_table()
-    import duckdb
-
-    # only the counted columns, and a memory cap with spilling: the table of a million-row
-    # store is aggregated without holding its SQL texts (or all its rows) in the driver
     import tempfile
 
-    con = duckdb.connect(config={"memory_limit": EX_TABLE_MEMORY, "threads": 2,
+    import duckdb
+
+    from polysql_ray.statistics.load import store_files
+
+    try:
+        files = store_files(root)
+    except FileNotFoundError:
+        return _SCHEMA.empty_table()
+    # only the counted columns, a few cells per query and a memory cap with spilling: the table
+    # of a million-row store is aggregated without holding its SQL texts or all its rows. The
+    # run's cells have one cell_key per (model, dataset, dialect, level), so cutting by cells
+    # never splits a question's rows between two queries.
+    groups = ([None] if cell_keys is None else
+              [cell_keys[i:i + EX_TABLE_CELLS] for i in range(0, len(cell_keys), EX_TABLE_CELLS)])
+    rows = []
+    con = duckdb.connect(config={"memory_limit": EX_TABLE_MEMORY, "threads": 1,
                                  "temp_directory": tempfile.gettempdir() + "/polysql-duckdb-spill"})
     try:
-        con, _ = load_scores(root, con=con, cell_keys=cell_keys, columns=EX_COLUMNS)
-    except FileNotFoundError:
-        con.close()
-        return _SCHEMA.empty_table()
-    try:
-        rows = _stats_ex_table(con, CELL)
+        for group in groups:
+            load_scores(root, con=con, cell_keys=group, columns=EX_COLUMNS, files=files)
+            rows.extend(_stats_ex_table(con, CELL))
     finally:
         con.close()
     out = []

@@ -133,6 +133,7 @@ def load_scores(
     cell_keys: list[str] | None = None,
     only_generators: tuple[str, ...] = (),
     columns: tuple[str, ...] | None = None,
+    files: list[Path] | None = None,
 ) -> tuple[duckdb.DuckDBPyConnection, LoadSummary]:
     """Create the deduplicated temp table ``scores`` in a DuckDB connection.
 
@@ -149,6 +150,8 @@ def load_scores(
         columns: store columns to load (the analysis key, ``key``, ``scored_at``,
             ``verdict``, ``reason``, ``pred_status`` and ``policy_version`` are always added);
             None loads all. A subset keeps SQL texts and errors out of memory on big stores.
+        files: the part files to read, as :func:`store_files` lists them (a caller loading
+            the store several times lists it once); None lists them here.
 
     Returns:
         ``(con, summary)``. Table ``scores`` has all store columns plus
@@ -158,7 +161,7 @@ def load_scores(
     Raises:
         FileNotFoundError: the store has no Parquet file.
     """
-    files = store_files(results_dir)
+    files = store_files(results_dir) if files is None else files
     con = con or duckdb.connect()
     file_list = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
     conds = []
