@@ -211,6 +211,8 @@ def score_keys(grid: Grid, cell: Cell) -> list[str]:
                       else f"{ex.question_id}@{ex.extra['clock']}") for ex in grid.datasets[cell.dataset]]
 
 
+#: Questions whose stored keys :func:`pending_work` asks the store for at a time.
+PENDING_GROUP_ITEMS = 100_000
 #: ``pending_work`` value of a cell whose every question is pending (no index list is held).
 ALL = None
 
@@ -620,7 +622,8 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
         init_ray(cfg)  # vLLM actor pools live on the cluster the driver joins
 
     t0 = time.perf_counter()
-    pending = pending_work(grid, store, stats, group_items=window)
+    # stored keys are read for ~100k questions at a time (a few MB of keys; fewer store scans)
+    pending = pending_work(grid, store, stats, group_items=max(window, PENDING_GROUP_ITEMS))
     cells = [c for c in grid.cells if c.key in pending]
     stats.stage_s["plan"] = time.perf_counter() - t0
     feed = None
