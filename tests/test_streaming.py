@@ -94,6 +94,18 @@ def test_tiny_window_scores_every_item_once_and_a_rerun_scores_nothing(ray_sessi
     assert table2.to_pylist() == table.to_pylist()
     assert _rows(out) == [(6 * 34, 6 * 34)]
 
+    # a lost part (one cell) and half of another cell's rows: exactly those are scored again
+    parts = sorted((out / "scores").rglob("*.parquet"))
+    parts[0].unlink()
+    import pyarrow.parquet as pq
+
+    half = pq.read_table(parts[1])
+    pq.write_table(half.slice(0, 17), parts[1])
+    third, table3 = run(cfg, loader, text)
+    assert (third.items_scored, third.items_skipped) == (34 + 17, 6 * 34 - 34 - 17)
+    assert _rows(out) == [(6 * 34, 6 * 34)]
+    assert table3.to_pylist() == table.to_pylist()
+
 
 @pytest.mark.slow
 def test_ex_table_is_the_same_with_auto_prove_and_off(ray_session, tmp_path):
@@ -136,3 +148,28 @@ def test_execution_starts_before_generation_ends(ray_session, tmp_path, monkeypa
     assert execs and gen["last_end_s"] is not None
     assert min(e["first_start_s"] for e in execs) < gen["last_end_s"]
     assert stages["score"]["first_start_s"] <= stages["score"]["last_end_s"]
+
+
+@pytest.mark.slow
+def test_auto_proves_before_postgres_and_not_before_sqlite(ray_session, tmp_path):
+    """auto on a sweep over SQLite and PostgreSQL: proofs only where a server query is saved,
+    and the same EX table as executing everything (off)."""
+    from conftest_servers import require_servers
+
+    from polysql_ray.pipeline.driver import run
+
+    require_servers("postgres")
+    tables = {}
+    for mode in ("auto", "off"):
+        out = tmp_path / mode
+        cfg, loader, text = compose(["+sweep=quickstart", f"results_dir={out}", "progress=false",
+                                     "dialects=[sqlite,postgres]", f"pipeline.structural_check={mode}",
+                                     f"replication.dir={tmp_path / 'replicas'}"])
+        stats, table = run(cfg, loader, text)
+        tables[mode] = [{k: v for k, v in r.items() if k != "proven"} for r in table.to_pylist()]
+        if mode == "auto":
+            by_dialect = dict(duckdb.connect().sql(
+                f"SELECT dialect, count(*) FILTER (WHERE basis = 'proven') "
+                f"FROM read_parquet('{out}/scores/**/*.parquet') GROUP BY dialect").fetchall())
+            assert stats.proven > 0 and by_dialect == {"sqlite": 0, "postgres": stats.proven}
+    assert tables["auto"] == tables["off"]
