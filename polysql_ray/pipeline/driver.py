@@ -645,7 +645,12 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
                 with Scheduler(cfg, store, progress, stats, run_id, grid.policy, clock,
                                engine_settings=_engine_settings) as sched:
                     for cell in cells:
-                        preds = feed.predictions(cell)
+                        # while the model generates this cell, earlier cells keep executing and scoring
+                        preds = feed.predictions(cell, timeout=0)
+                        while preds is None:
+                            if sched.busy():
+                                sched.step(timeout=0.2)
+                            preds = feed.predictions(cell, timeout=0 if sched.busy() else 0.5)
                         keys = score_keys(grid, cell)
                         todo = range(len(keys)) if pending[cell.key] is ALL else pending[cell.key]
                         prove = proves_before(mode, cell.target_engine, cfg)

@@ -244,13 +244,20 @@ class GenerationFeed:
         return self.stage.predictions(self.generators[c.model], self.datasets[c.dataset], c.dataset,
                                       c.dialect, c.instruction_level)
 
-    def predictions(self, cell) -> list[Prediction]:
-        """One Prediction per example of ``cell``'s dataset, in example order. Cells of a model
-        generator must be asked in the order given to the constructor."""
+    def predictions(self, cell, timeout: float | None = None) -> list[Prediction] | None:
+        """One Prediction per example of ``cell``'s dataset, in example order; None when a
+        model generator has not finished the cell within ``timeout`` seconds (None: wait), so
+        the caller can keep its executions moving and ask again. Cells of a model generator
+        must be asked in the order given to the constructor."""
+        import queue
+
         q = self._queues.get(cell.model)
         if q is None:
             return self._generate(cell)
-        key, preds, exc = q.get()
+        try:
+            key, preds, exc = q.get(timeout=timeout) if timeout is None or timeout > 0 else q.get_nowait()
+        except queue.Empty:
+            return None
         if exc is not None:
             raise exc
         if key != cell.key:
