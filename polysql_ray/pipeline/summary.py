@@ -58,6 +58,27 @@ def _pct(k: int, n: int) -> float | None:
     return round(100.0 * k / n, 2) if n else None
 
 
+def _cells_in(path: Path) -> set[str] | None:
+    """The ``cell_key`` values of a part file from its footer's row-group statistics (min ==
+    max per row group), or None when the footer cannot tell (then the file is always read)."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_metadata(path)
+        idx = meta.schema.to_arrow_schema().get_field_index("cell_key")
+        if idx < 0:
+            return None
+        cells = set()
+        for rg in range(meta.num_row_groups):
+            st = meta.row_group(rg).column(idx).statistics
+            if st is None or not st.has_min_max or st.min != st.max:
+                return None
+            cells.add(st.min if isinstance(st.min, str) else bytes(st.min).decode())
+        return cells
+    except Exception:  # noqa: BLE001 - an unreadable footer: let DuckDB read (and report) it
+        return None
+
+
 def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = None) -> pa.Table:
     """EX table (Arrow, columns of :data:`COLUMNS`) over the stored rows of the given cells.
 
@@ -88,12 +109,17 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
     groups = ([None] if cell_keys is None else
               [cell_keys[i:i + EX_TABLE_CELLS] for i in range(0, len(cell_keys), EX_TABLE_CELLS)])
     rows = []
+    cells_in = {f: _cells_in(f) for f in files} if cell_keys is not None else {}
     con = duckdb.connect(config={"memory_limit": EX_TABLE_MEMORY, "threads": 1,
                                  "temp_directory": tempfile.gettempdir() + "/polysql-duckdb-spill"})
     try:
         for group in groups:
-            load_scores(root, con=con, cell_keys=group, columns=EX_COLUMNS, files=files)
-            rows.extend(_stats_ex_table(con, CELL))
+            # a file whose footer says it holds other cells only is not read for this group
+            want = set(group or ())
+            part = [f for f in files if group is None or cells_in[f] is None or cells_in[f] & want]
+            if part:
+                load_scores(root, con=con, cell_keys=group, columns=EX_COLUMNS, files=part)
+                rows.extend(_stats_ex_table(con, CELL))
     finally:
         con.close()
     out = []
