@@ -51,6 +51,11 @@ class StageClock:
     ``{stage: {"first_start": iso, "last_end": iso, "first_start_s": s, "last_end_s": s}}``
     with ``*_s`` in seconds from the run's start. Thread-safe enough for the generation
     threads (each stage name is written by one thread, or under the GIL by the driver).
+
+    Stages of a run: ``replicate``; ``generate[<model>]`` (first cell started, last cell
+    generated); ``execute[<engine>]`` (first batch submitted to an actor, last batch done);
+    ``structural`` (first proof submitted, last applied); ``score`` (first scoring task
+    submitted, last one done).
     """
 
     def __init__(self, t0: float | None = None) -> None:
