@@ -94,6 +94,8 @@ class LoopbackServer:
         port: TCP port (0: a free one, see :attr:`base_url`).
         lifetime_s: shut down after this many seconds (None: only on :meth:`stop`).
         max_requests: shut down after this many chat requests (None: no cap).
+        delay_s: seconds each chat answer waits before it is sent, as a model's latency would
+            (0: answer at once); lets a test or a demo see generation overlap execution.
 
     Attributes:
         base_url: ``http://127.0.0.1:<port>/v1`` (what the ``openai`` generator's
@@ -101,8 +103,10 @@ class LoopbackServer:
         requests: chat completion requests answered so far.
     """
 
-    def __init__(self, port: int = 0, lifetime_s: float | None = 600.0, max_requests: int | None = None):
+    def __init__(self, port: int = 0, lifetime_s: float | None = 600.0, max_requests: int | None = None,
+                 delay_s: float = 0.0):
         self.lock = threading.Lock()
+        self.delay_s = float(delay_s)
         self.requests = 0
         self.max_requests = max_requests
         self.lifetime_s = lifetime_s
@@ -126,6 +130,8 @@ class LoopbackServer:
                 except (ValueError, KeyError, IndexError, TypeError) as e:
                     self._send(400, {"error": {"message": f"bad request: {e}"}})
                     return
+                if outer.delay_s > 0:
+                    time.sleep(outer.delay_s)
                 content = (answer_judge(user) if _JUDGE_MARK in user
                            else f"```sql\n{answer_sql(user)};\n```")
                 n_prompt = sum(len(str(m.get("content", "")).split()) for m in body["messages"])
@@ -201,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=0 if cmd else 8765)
     ap.add_argument("--lifetime-s", type=float, default=600.0)
     ap.add_argument("--max-requests", type=int, default=None)
+    ap.add_argument("--delay-s", type=float, default=0.0, help="latency of each answer (seconds)")
     args = ap.parse_args(argv)
-    server = LoopbackServer(args.port, args.lifetime_s, args.max_requests).start()
+    server = LoopbackServer(args.port, args.lifetime_s, args.max_requests, args.delay_s).start()
     print(f"loopback OpenAI-compatible stand-in on {server.base_url} "
           f"(lifetime {args.lifetime_s:g}s; answers are not model output)", file=sys.stderr, flush=True)
     if not cmd:

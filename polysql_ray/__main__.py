@@ -46,7 +46,14 @@ def _run(cfg: DictConfig) -> int:
                       f"unrenderable {g.unrenderable} | {g.seconds:.1f}s")
     if stats.proven:
         console.print(f"structural proofs: {stats.proven} predictions proven equivalent "
-                      f"({'not executed' if plain['pipeline'].get('structural_check') == 'prove' else 'executed too'})")
+                      f"({'executed too' if plain['pipeline'].get('structural_check') == 'verify' else 'not executed'})")
+    from polysql_ray.pipeline.summary import stage_lines
+
+    if stats.exec_reused:
+        console.print(f"execution reuse: {stats.exec_reused} needs met by an execution already run or "
+                      f"running (gold results shared across models and dialects)")
+    for line in stage_lines(stats):
+        console.print(f"stage {line}", highlight=False, markup=False)
     console.print(f"store: {root}/scores/**/*.parquet  EX table: {csv_path}  run: {root}/runs/{stats.run_id}")
     if stats.crashed or stats.actor_failures:
         console.print(f"execution actors: {stats.actor_failures} batches resubmitted after an actor "

@@ -115,7 +115,7 @@ def validate(cfg: dict) -> None:
         raise ConfigError(f"limits: {exc}; known: timeout_s, row_cap, max_bytes, max_sql_chars") from None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    mode = str((cfg.get("pipeline") or {}).get("structural_check", "prove"))
+    mode = str((cfg.get("pipeline") or {}).get("structural_check", "auto"))
     if mode not in MODES:
         raise ConfigError(f"pipeline.structural_check={mode!r} is not one of {list(MODES)}")
     for engine, ecfg in (cfg.get("engines") or {}).items():

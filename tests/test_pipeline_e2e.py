@@ -113,23 +113,32 @@ def test_bad_config_names_the_key(tmp_path):
 
 
 def test_structural_proofs_skip_executions_and_never_disagree(quickstart_run, tmp_path):
-    """prove mode (the default) decides some verdicts without executing the prediction;
-    verify mode executes everything and must agree with every proof."""
-    out, cfg, loader, text, stats, table = quickstart_run
+    """prove mode decides some verdicts without executing the prediction; verify mode
+    executes everything and must agree with every proof. The default (auto) proves nothing
+    before SQLite and DuckDB (a proof costs as much as their execution) and gives the same EX."""
+    *_, auto_stats, auto_table = quickstart_run
+    assert auto_stats.proven == 0
+    out = tmp_path / "prove"
+    cfg, loader, text = compose(["+sweep=quickstart", f"results_dir={out}", "progress=false",
+                                 "pipeline.structural_check=prove"])
+    stats, table = run(cfg, loader, text)
     assert stats.proven > 0
+    same = ("model", "dialect", "n", "correct", "gold_errors", "ex", "exec_errors")
+    assert [{k: r[k] for k in same} for r in table.to_pylist()] == \
+        [{k: r[k] for k in same} for r in auto_table.to_pylist()]
     con = duckdb.connect()
     proven = con.sql(f"SELECT count(*), count(*) FILTER (WHERE pred_status = 'skipped' AND correct) "
                      f"FROM read_parquet('{out}/scores/**/*.parquet') WHERE basis = 'proven' "
                      f"AND run_id = '{stats.run_id}'").fetchall()[0]
     assert proven[0] == proven[1] == stats.proven
 
-    cfg2, loader2, text2 = compose(["+sweep=quickstart", f"results_dir={tmp_path}", "progress=false",
+    cfg2, loader2, text2 = compose(["+sweep=quickstart", f"results_dir={tmp_path / 'verify'}", "progress=false",
                                     "pipeline.structural_check=verify"])
     stats2, _ = run(cfg2, loader2, text2)
     assert stats2.proven == stats.proven
     # verify mode ran the predictions that prove mode skipped
     assert sum(stats2.exec_unique.values()) > sum(stats.exec_unique.values())
-    rows = con.sql(f"SELECT verdict, trail FROM read_parquet('{tmp_path}/scores/**/*.parquet') "
+    rows = con.sql(f"SELECT verdict, trail FROM read_parquet('{tmp_path}/verify/scores/**/*.parquet') "
                    f"WHERE structural = 'equivalent'").fetchall()
     assert len(rows) == stats.proven
     assert all(v == "pass" and t == "structural:equivalent>execution:pass" for v, t in rows), rows

@@ -27,6 +27,8 @@ user's test gets the verdict the sweep records. Vocabulary (:mod:`polysql_ray.st
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -94,11 +96,18 @@ class Pair:
     pred_engine: str = "sqlite"
 
 
-def _parse(sql: str, dialect: str):
+@functools.lru_cache(maxsize=20_000)
+def _operators(sql: str, dialect: str) -> tuple[bool, bool]:
+    """``(has a division, has a LIKE)`` of ``sql``; ``(False, False)`` when unreadable (no
+    flag). Cached per unique (SQL, dialect) in each scoring worker: a gold is parsed once for
+    every prediction compared with it, not once per item."""
     try:
-        return sqlglot.parse_one(sql, read=dialect)
+        tree = sqlglot.parse_one(sql, read=dialect)
     except Exception:  # noqa: BLE001 - unreadable SQL raises no flag
-        return None
+        return (False, False)
+    if tree is None:
+        return (False, False)
+    return (tree.find(exp.Div) is not None, tree.find(exp.Like) is not None)
 
 
 def semantic_flags(pair: Pair) -> tuple[str, ...]:
@@ -118,12 +127,11 @@ def semantic_flags(pair: Pair) -> tuple[str, ...]:
     g, p = SEMANTICS.get(pair.gold_engine), SEMANTICS.get(pair.pred_engine)
     if g is None or p is None or g == p:
         return ()
-    trees = [t for t in (_parse(pair.gold_sql, pair.gold_dialect), _parse(pair.pred_sql, pair.pred_dialect))
-             if t is not None]
+    ops = (_operators(pair.gold_sql, pair.gold_dialect), _operators(pair.pred_sql, pair.pred_dialect))
     flags = []
-    if g.integer_division != p.integer_division and any(t.find(exp.Div) for t in trees):
+    if g.integer_division != p.integer_division and any(div for div, _ in ops):
         flags.append("integer_division")
-    if g.ci_like != p.ci_like and any(t.find(exp.Like) for t in trees):
+    if g.ci_like != p.ci_like and any(like for _, like in ops):
         flags.append("collation")
     return tuple(flags)
 

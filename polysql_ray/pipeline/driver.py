@@ -1,15 +1,31 @@
-"""The Ray driver: one process plans the whole grid and schedules it.
+"""The Ray driver: one process streams the sweep grid through a pipeline of bounded stages.
 
-Stages, in data-flow order (each a function below):
+Stages, in data-flow order:
 
 1. :func:`build_grid`     composed config -> datasets (examples), generators, cells
-2. :func:`generate`       generators -> predictions (replay/gold in the driver; model
-                          generators as one Ray actor pool per model, shared by all cells)
-3. :func:`plan_work`      predictions not yet in the store -> work items + unique executions
-4. :func:`replicate`      each (source database, target engine) copy, as Ray tasks, verified
-5. :func:`execute_and_score`  execution actors per engine with bounded concurrency and
-                          driver-side backpressure; Arrow scoring tasks; rows stream into the
-                          results store as each batch finishes.
+2. :func:`pending_work`   which (cell, question) pairs the store lacks, read cell group by
+                          cell group (a finished sweep stops here: nothing generated, no Ray)
+3. :func:`replicate`      each (source database, target engine) copy the pending cells need
+                          (cells x sources: known before any prediction), as Ray tasks, verified
+4. generation             :class:`polysql_ray.pipeline.generate.GenerationFeed`: model
+                          generators (openai/hf/vllm) run in one thread per model, cells in
+                          grid order, ``pipeline.generation_prefetch_cells`` ahead of the
+                          consumer, starting during replication; replay/gold on demand
+5. :class:`Planner`       per chunk of a cell (``pipeline.plan_chunk_items``): work items and
+                          their executions, planned once; the structural check where it pays
+                          (:func:`polysql_ray.pipeline.structural.proves_before`)
+6. :class:`polysql_ray.pipeline.scheduler.Scheduler`  executions on per-engine actors, Arrow
+                          scoring tasks, store writes flushed by rows and seconds.
+
+The driver keeps at most ``pipeline.max_pending_items`` items between planning and their
+stored row (it waits on the scheduler before planning more), plus one cell's predictions per
+model generator being consumed and ``generation_prefetch_cells`` more per model: its memory
+does not grow with the sweep. It holds ObjectRefs, never result sets. Gold results and other
+identical executions are run once while any item needs them and then kept in a bounded LRU of
+ObjectRefs (``pipeline.exec_cache_size``; see :mod:`polysql_ray.pipeline.scheduler`). The
+end-of-run EX table is aggregated by DuckDB over a column subset of the store
+(:func:`polysql_ray.pipeline.summary.ex_table`); stage timestamps go to
+``runs/<run_id>/summary.json``.
 
 All SQL runs inside :class:`polysql_ray.pipeline.actors.ExecutionActor`, i.e. inside an engine
 sandbox (read-only, one statement, engine-side timeout, row cap).
@@ -39,7 +55,7 @@ from polysql_ray.store.parquet import BufferedWriter, ResultsStore, cell_key, sc
 
 log = logging.getLogger("polysql_ray")
 
-SCHEDULING_KEYS = ("actors", "num_cpus", "num_gpus", "resources")
+SCHEDULING_KEYS = ("actors", "num_cpus", "num_gpus", "resources", "exec_cost_ms")  # not engine settings
 
 
 class ConfigError(ValueError):
@@ -70,8 +86,9 @@ class RunStats:
     items_total: int = 0
     items_skipped: int = 0
     items_scored: int = 0
-    exec_requested: dict = field(default_factory=lambda: collections.Counter())
-    exec_unique: dict = field(default_factory=lambda: collections.Counter())
+    exec_requested: dict = field(default_factory=lambda: collections.Counter())  # engine -> item needs
+    exec_unique: dict = field(default_factory=lambda: collections.Counter())     # engine -> executions run
+    exec_reused: int = 0        # needs met by an execution already run or running (LRU, in flight)
     engine_s: dict = field(default_factory=lambda: collections.defaultdict(float))
     replicas: int = 0
     replicas_reused: int = 0
@@ -88,6 +105,7 @@ class RunStats:
     replicate_s: float = 0.0
     wall_s: float = 0.0
     stage_s: dict = field(default_factory=dict)
+    clock: Any = None           # StageClock: first start / last end per stage (runs/<id>/summary.json)
 
 
 # ----------------------------------------------------------------------------- 1. the grid
@@ -185,50 +203,117 @@ def generate(grid: Grid, cells: list[Cell], stage=None) -> dict[str, list[Predic
 
 # ------------------------------------------------------------------------ 3. planning
 
-def plan_work(grid: Grid, cells: list[Cell], stored: set[str], predictions_for, replica_location,
-              stats: RunStats) -> tuple[list[WorkItem], dict[str, ExecRequest]]:
-    """Work items for every (cell, question) not yet stored, and the unique executions.
+def score_keys(grid: Grid, cell: Cell) -> list[str]:
+    """The store key of every (cell, question), in example order. A clock-dependent gold
+    (``datasets.clock``, any dataset) is keyed by the clock value it reads, so a score
+    computed under another clock value is never reused."""
+    return [score_key(cell.key, ex.question_id if not ex.extra.get("clock")
+                      else f"{ex.question_id}@{ex.extra['clock']}") for ex in grid.datasets[cell.dataset]]
 
-    ``predictions_for(cell) -> list[Prediction]`` is called only for cells with pending items,
-    so a rerun of a finished sweep generates nothing.
-    ``replica_location(dataset, db_id, engine) -> str | None`` gives each copy's location.
+
+#: Questions whose stored keys :func:`pending_work` asks the store for at a time.
+PENDING_GROUP_ITEMS = 100_000
+#: ``pending_work`` value of a cell whose every question is pending (no index list is held).
+ALL = None
+
+
+def pending_work(grid: Grid, store: ResultsStore, stats: RunStats, group_items: int) -> dict[str, tuple | None]:
+    """Which (cell, question) pairs are not in the store yet, read cell group by cell group.
+
+    Args:
+        group_items: the store is asked for the keys of consecutive cells totalling about
+            this many questions at a time (memory: one group's stored keys).
+
+    Returns:
+        ``{cell key: ALL | (example index, ...)}`` for the cells with pending work only
+        (:data:`ALL`: every question of the cell is pending, the usual case of a new sweep,
+        held without an index list). Counts ``items_total``/``items_skipped`` into ``stats``.
     """
-    from polysql_ray.comparison.prepare import executed_sql
-    from polysql_ray.comparison.shape import analyze_gold
-    from polysql_ray.engines.registry import default_dialect
+    pending: dict[str, tuple | None] = {}
+    group: list[Cell] = []
+    size = 0
 
-    shapes = grid.shapes  # planning runs twice (before/after replication): parse each gold once
-    requests: dict[str, ExecRequest] = {}
-    items: list[WorkItem] = []
+    def check(cells: list[Cell]) -> None:
+        stored = store.existing_keys([c.key for c in cells]) if cells else set()
+        for c in cells:
+            keys = score_keys(grid, c)
+            todo = tuple(i for i, k in enumerate(keys) if k not in stored)
+            stats.items_total += len(keys)
+            stats.items_skipped += len(keys) - len(todo)
+            if len(todo) == len(keys):
+                pending[c.key] = ALL
+            elif todo:
+                pending[c.key] = todo
 
-    def request(engine: str, location: str, sql: str, db_id: str) -> str:
-        key = exec_key(engine, location, sql)
-        if key not in requests:
-            requests[key] = ExecRequest(key, engine, location, sql, db_id)
-        return key
+    for cell in grid.cells:
+        group.append(cell)
+        size += len(grid.datasets[cell.dataset])
+        if size >= group_items:
+            check(group)
+            group, size = [], 0
+    check(group)
+    return pending
 
-    for cell in cells:
+
+class Planner:
+    """Work items for one chunk of one cell, planned once (after replication, so every
+    replica location is known).
+
+    Args:
+        grid: the sweep grid (``grid.shapes`` caches the gold analysis per unique gold SQL:
+            bounded by the datasets' questions, not by the sweep).
+        locations: ``{(dataset, db_id, engine): location}`` of the replicas.
+        failed: ``{(dataset, db_id, engine)}`` whose copy failed: their items are left out
+            (unscored; a rerun retries them) and counted in :attr:`left_out`.
+    """
+
+    def __init__(self, grid: Grid, locations: dict, failed: set) -> None:
+        self.grid, self.failed = grid, failed
+        self.left_out = 0
+        self._where: dict[tuple[str, str, str], str | None] = {}
+        for ds, srcs in grid.sources.items():
+            for src in srcs:
+                self._where[(ds, src.db_id, src.engine)] = src.location
+        self._where.update(locations)
+        self._gold_sql: dict[tuple[str, str], str] = {}
+
+    def location(self, dataset: str, db_id: str, engine: str) -> str | None:
+        """The database copy of ``db_id`` in ``engine`` (the source itself on its own engine)."""
+        return self._where.get((dataset, db_id, engine))
+
+    def plan(self, cell: Cell, indices, keys: list[str], preds: list[Prediction]) \
+            -> tuple[list[WorkItem], dict[str, ExecRequest]]:
+        """Items for ``indices`` of ``cell`` and the executions they need (by exec key)."""
+        from polysql_ray.comparison.prepare import executed_sql
+        from polysql_ray.comparison.shape import analyze_gold
+        from polysql_ray.engines.registry import default_dialect
+
+        grid, policy, shapes = self.grid, self.grid.policy, self.grid.shapes
         examples = grid.datasets[cell.dataset]
-        # a clock-dependent gold (datasets.clock, any dataset) is keyed by the clock value it
-        # reads, so a score computed under another clock value is never reused
-        keys = [score_key(cell.key, ex.question_id if not ex.extra.get("clock")
-                          else f"{ex.question_id}@{ex.extra['clock']}") for ex in examples]
-        pending = [i for i, k in enumerate(keys) if k not in stored]
-        stats.items_total += len(examples)
-        stats.items_skipped += len(examples) - len(pending)
-        if not pending:
-            continue
-        preds = predictions_for(cell)
-        for i in pending:
+        pred_dialect = default_dialect(cell.target_engine)
+        requests: dict[str, ExecRequest] = {}
+        items: list[WorkItem] = []
+
+        def request(engine: str, location: str, sql: str, db_id: str) -> str:
+            key = exec_key(engine, location, sql)
+            if key not in requests:
+                requests[key] = ExecRequest(key, engine, location, sql, db_id)
+            return key
+
+        for i in indices:
             ex, pred = examples[i], preds[i]
+            if (cell.dataset, ex.db_id, cell.target_engine) in self.failed:
+                self.left_out += 1
+                continue
             gold = probe = pr = ties = None
             shape = None
             if ex.gold_error is None:
-                gold_sql = executed_sql(ex.gold_sql, ex.gold_dialect, grid.policy)  # policy.distinct
-                sk = (gold_sql, ex.gold_dialect)
+                sk = (ex.gold_sql, ex.gold_dialect)
                 if sk not in shapes:
+                    gold_sql = executed_sql(ex.gold_sql, ex.gold_dialect, policy)  # policy.distinct
                     shapes[sk] = analyze_gold(gold_sql, ex.gold_dialect)
-                shape = shapes[sk]
+                    self._gold_sql[sk] = gold_sql
+                shape, gold_sql = shapes[sk], self._gold_sql[sk]
                 src = ex.database
                 gold = request(ex.source_engine, src.location, gold_sql, ex.db_id)
                 if getattr(shape, "probe_sql", None):
@@ -236,12 +321,38 @@ def plan_work(grid: Grid, cells: list[Cell], stored: set[str], predictions_for, 
                 if getattr(shape, "ties_probe_sql", None):
                     ties = request(ex.source_engine, src.location, shape.ties_probe_sql, ex.db_id)
                 if pred.status is GenStatus.OK and pred.pred_sql.strip():
-                    loc = replica_location(ex.dataset, ex.db_id, cell.target_engine)
+                    loc = self.location(ex.dataset, ex.db_id, cell.target_engine)
                     if loc is not None:
-                        pr = request(cell.target_engine, loc, executed_sql(
-                            pred.pred_sql, default_dialect(cell.target_engine), grid.policy), ex.db_id)
+                        pr = request(cell.target_engine, loc,
+                                     executed_sql(pred.pred_sql, pred_dialect, policy), ex.db_id)
             items.append(WorkItem(keys[i], cell, ex, pred, gold, probe, pr, shape, ties_probe=ties))
-    return items, requests
+        return items, requests
+
+
+class MalformedWarnings:
+    """One line per prediction whose text has no UTF-8 encoding (a lone surrogate), for the
+    first ``show`` of the run; it is refused by the sandbox (``rejected``) and stored escaped;
+    :meth:`close` prints how many more there were."""
+
+    def __init__(self, show: int = 3) -> None:
+        self.show, self.seen = show, 0
+
+    def check(self, items: list[WorkItem]) -> None:
+        from polysql_ray.engines.guard import malformed_text
+
+        for it in items:
+            msg = malformed_text(it.prediction.pred_sql) if it.prediction.pred_sql else None
+            if not (msg and "surrogate" in msg):
+                continue
+            self.seen += 1
+            if self.seen <= self.show:
+                print(f"polysql_ray: warning: prediction {it.example.question_id!r} of model "
+                      f"{it.cell.model!r}: {msg}; scored as rejected, stored escaped", file=sys.stderr)
+
+    def close(self) -> None:
+        if self.seen > self.show:
+            print(f"polysql_ray: warning: ... and {self.seen - self.show} more predictions with malformed text",
+                  file=sys.stderr)
 
 
 # ------------------------------------------------------------------------ 4. replication
@@ -268,9 +379,10 @@ def _replicate_task(source: SourceDatabase, engine: str, replicas_dir: str, sett
     return replica, time.perf_counter() - t0
 
 
-def replicate(grid: Grid, items: list[WorkItem], cfg: dict, progress: Progress, stats: RunStats):
-    """Ensure a verified copy of every source database needed by ``items`` in every target
-    engine other than its source engine. Returns ``{(dataset, db_id, engine): location}``.
+def replicate(grid: Grid, cells: list[Cell], cfg: dict, progress: Progress, stats: RunStats, clock=None):
+    """Ensure a verified copy of every source database of the ``cells``' datasets in every
+    target engine of those cells other than its source engine (known from cells x sources,
+    before any prediction exists). Returns ``{(dataset, db_id, engine): location}``.
 
     Copies whose manifest matches are reused (seconds). A copy that fails (dead server,
     data that does not verify) is reported in ``stats.errors`` with the database, engine and
@@ -279,11 +391,11 @@ def replicate(grid: Grid, items: list[WorkItem], cfg: dict, progress: Progress, 
     """
     from polysql_ray.replication.sources import prepare
 
-    for ds in sorted({it.cell.dataset for it in items}):  # install sources (run's settings)
+    for ds in sorted({c.dataset for c in cells}):  # install sources (run's settings)
         for src in grid.sources[ds]:
             prepare(src, _server_settings(cfg, src.engine))
     needed: dict[tuple[str, str, str], SourceDatabase] = {}
-    for cell in {it.cell for it in items}:
+    for cell in cells:
         for src in grid.sources[cell.dataset]:
             if src.exists and src.engine != cell.target_engine:
                 needed[(src.dataset, src.db_id, cell.target_engine)] = src
@@ -292,6 +404,8 @@ def replicate(grid: Grid, items: list[WorkItem], cfg: dict, progress: Progress, 
         return locations
     rdir = os.path.abspath(cfg["replication"]["dir"])
     task = progress.add("replicate", len(needed))
+    if clock is not None:
+        clock.start("replicate")
     refs = {}
     for (ds, db, engine), src in sorted(needed.items()):
         refs[_replicate_task.options(num_cpus=0.5).remote(
@@ -314,6 +428,8 @@ def replicate(grid: Grid, items: list[WorkItem], cfg: dict, progress: Progress, 
         progress.advance(task)
     stats.replicas = len(locations)
     stats.replicate_s = time.perf_counter() - t0
+    if clock is not None:
+        clock.end("replicate")
     stats.errors.extend(_fold(errors))
     return locations
 
@@ -354,199 +470,6 @@ def _engine_settings(cfg: dict, engine: str) -> dict:
 
 # ----------------------------------------------------------------- 5. execution and scoring
 
-def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], cfg: dict, store: ResultsStore,
-                      progress: Progress, stats: RunStats, run_id: str, policy) -> None:
-    """Run every unique execution once on its engine's actors and score items in Arrow
-    batches as soon as their executions are done, writing each batch to the store.
-
-    Backpressure: at most ``pipeline.max_inflight_exec`` batches per actor and
-    ``pipeline.max_inflight_score`` scoring tasks are in flight; the driver holds only
-    ObjectRefs and small metadata, never result sets.
-    """
-    from polysql_ray.pipeline.actors import ExecutionActor, score_batch
-
-    pcfg = cfg["pipeline"]
-    exec_bs, score_bs = int(pcfg["exec_batch_size"]), int(pcfg["score_batch_size"])
-    limits = dict(cfg["limits"])
-
-    _warn_malformed(items)
-    # order work so that score batches complete early: group by dataset and database
-    items = sorted(items, key=lambda it: (it.cell.dataset, it.example.db_id, it.example.position, it.cell.key))
-    batches = [items[i:i + score_bs] for i in range(0, len(items), score_bs)]
-    waiting_on: dict[str, list[int]] = collections.defaultdict(list)
-    users: collections.Counter = collections.Counter()
-    missing = [0] * len(batches)
-    queues: dict[str, collections.deque] = collections.defaultdict(collections.deque)
-    enqueued: set[str] = set()
-    for b, batch in enumerate(batches):
-        deps = {d for it in batch for d in it.deps}
-        missing[b] = len(deps)
-        users.update(deps)
-        for d in sorted(deps):
-            waiting_on[d].append(b)
-            if d not in enqueued:
-                enqueued.add(d)
-                queues[requests[d].engine].append(requests[d])
-
-    engines = sorted(queues)
-    actors: dict[str, list] = {}
-    for engine in engines:
-        ecfg = (cfg.get("engines") or {}).get(engine) or {}
-        n = max(1, int(ecfg.get("actors", 1)))
-        # a dead actor (killed, OOM, an engine crash) is restarted and its in-flight batches are
-        # retried by Ray; what still fails is split into single statements below
-        cls = ray.remote(ExecutionActor).options(num_cpus=float(ecfg.get("num_cpus", 0.5)),
-                                                 num_gpus=float(ecfg.get("num_gpus", 0) or 0),
-                                                 resources=dict(ecfg.get("resources") or {}),
-                                                 max_restarts=-1, max_task_retries=ACTOR_TASK_RETRIES)
-        actors[engine] = [cls.remote(engine, _engine_settings(cfg, engine), limits,
-                                     float(pcfg.get("unavailable_retry_s", 120)))
-                          for _ in range(n)]
-    _check_fits(cfg, engines)
-    max_exec = int(pcfg["max_inflight_exec"])
-    max_score = int(pcfg["max_inflight_score"])
-
-    ref_of: dict[str, Any] = {}
-    exec_inflight: dict[Any, tuple[str, int, list[str]]] = {}
-    inflight_per_actor: dict[tuple[str, int], int] = collections.Counter()
-    score_inflight: dict[Any, int] = {}
-    ready: collections.deque[int] = collections.deque(b for b in range(len(batches)) if missing[b] == 0)
-    ptasks = {e: progress.add(f"execute [{e}]", len(queues[e])) for e in engines}
-    stask = progress.add("score", len(items))
-    rr = collections.Counter()
-    singles: dict[str, collections.deque] = collections.defaultdict(collections.deque)
-    attempts: collections.Counter = collections.Counter()
-    alone: set[tuple[str, int]] = set()  # actors running one suspect statement by itself
-
-    def submit_exec() -> None:
-        for engine in engines:
-            q, one = queues[engine], singles[engine]
-            pool = actors[engine]
-            while q or one:
-                if one:  # a suspect runs alone on an idle actor, so a crash blames only it
-                    idle = [i for i in range(len(pool)) if inflight_per_actor[(engine, i)] == 0]
-                    if not idle:
-                        break
-                    a, reqs = idle[0], [one.popleft()]
-                    alone.add((engine, a))
-                else:
-                    free = [i for i in range(len(pool)) if (engine, i) not in alone]
-                    if not free:
-                        break
-                    a = min(free, key=lambda i: inflight_per_actor[(engine, i)])
-                    if inflight_per_actor[(engine, a)] >= max_exec:
-                        break
-                    reqs = [q.popleft() for _ in range(min(exec_bs, len(q)))]
-                refs = pool[a].execute_batch.options(num_returns=len(reqs) + 1).remote(
-                    [(r.location, r.sql) for r in reqs])
-                refs = list(refs) if isinstance(refs, (list, tuple)) else [refs]
-                for r, ref in zip(reqs, refs[:-1]):
-                    ref_of[r.key] = ref
-                exec_inflight[refs[-1]] = (engine, a, [r.key for r in reqs])
-                inflight_per_actor[(engine, a)] += 1
-                rr[engine] += 1
-
-    def submit_scores() -> None:
-        while ready and len(score_inflight) < max_score:
-            b = ready.popleft()
-            batch = batches[b]
-            deps = sorted({d for it in batch for d in it.deps})
-            index = {d: i for i, d in enumerate(deps)}
-            metas = [_item_meta(it, index, run_id) for it in batch]
-            ref = score_batch.options(num_cpus=float(pcfg.get("score_num_cpus", 0.25))).remote(
-                metas, [ref_of[d] for d in deps], policy, limits)
-            score_inflight[ref] = b
-
-    def exec_failed(engine: str, keys: list[str], exc: BaseException) -> list[str]:
-        """An execution batch failed although Ray restarted its actor and retried it: split it
-        into single statements, so a statement that crashes its engine process is isolated;
-        a single statement that failed :data:`CRASH_ATTEMPTS` times is recorded as its own
-        runtime failure. Returns the keys now settled."""
-        from polysql_ray.engines.base import ExecStatus, ExecutionResult
-
-        stats.actor_failures += 1
-        settled = []
-        for k in keys:
-            attempts[k] += len(keys) == 1  # only a statement that failed alone is blamed
-            if len(keys) > 1 or attempts[k] < CRASH_ATTEMPTS:
-                singles[engine].append(requests[k])
-                continue
-            stats.crashed += 1
-            log.warning("isolated an execution that killed the %s engine process %d times: %s",
-                        engine, attempts[k], _root_message(exc)[:200])
-            ref_of[k] = ray.put(ExecutionResult.failure(
-                ExecStatus.RUNTIME, f"the {engine} engine process died running this statement "
-                f"({attempts[k]} attempts): {_root_message(exc)[:300]}"))
-            settled.append(k)
-        return settled
-
-    submit_exec()
-    submit_scores()
-    try:
-        with BufferedWriter(store, int(pcfg.get("flush_rows", 1))) as writer:
-            while exec_inflight or score_inflight or ready:
-                waitable = list(exec_inflight) + list(score_inflight)
-                done, _ = ray.wait(waitable, num_returns=1, timeout=5.0)
-                for ref in done:
-                    if ref in exec_inflight:
-                        engine, a, keys = exec_inflight.pop(ref)
-                        inflight_per_actor[(engine, a)] -= 1
-                        alone.discard((engine, a))
-                        try:
-                            st = ray.get(ref)
-                        except ray.exceptions.RayError as exc:
-                            keys = exec_failed(engine, keys, exc)
-                        else:
-                            stats.engine_s[engine] += st["engine_s"]
-                            stats.exec_retries += st.get("retries", 0)
-                            progress.advance(ptasks[engine], st["n"])
-                        for k in keys:
-                            for b in waiting_on.pop(k, ()):
-                                missing[b] -= 1
-                                if missing[b] == 0:
-                                    ready.append(b)
-                    else:
-                        b = score_inflight.pop(ref)
-                        table = ray.get(ref)
-                        writer.add(table)
-                        _count_unavailable(table, stats)
-                        stats.items_scored += table.num_rows
-                        progress.advance(stask, table.num_rows)
-                        # release result sets no later batch needs
-                        for d in {d for it in batches[b] for d in it.deps}:
-                            users[d] -= 1
-                            if users[d] == 0:
-                                ref_of.pop(d, None)
-                        batches[b] = []
-                submit_exec()
-                submit_scores()
-    finally:
-        for pool in actors.values():
-            for a in pool:
-                ray.kill(a)
-
-
-#: Ray retries of an execution batch whose actor died (the actor itself restarts without limit).
-ACTOR_TASK_RETRIES = 1
-#: A single statement whose execution killed its actor this many times is a runtime failure.
-CRASH_ATTEMPTS = 2
-
-
-def _count_unavailable(table, stats: RunStats) -> None:
-    """Count the rows of a scored batch that could not run (verdict ``unavailable``)."""
-    import pyarrow.compute as pc
-
-    mask = pc.fill_null(pc.equal(table.column("verdict"), "unavailable"), False)
-    if not pc.any(mask).as_py():
-        return
-    for row in table.filter(mask).select(["target_engine", "source_engine", "reason", "gold_error",
-                                           "pred_error"]).to_pylist():
-        engine = row["source_engine"] if row["reason"] == "gold_unavailable" else row["target_engine"]
-        stats.unavailable[engine] += 1
-        msg = row["gold_error"] if row["reason"] == "gold_unavailable" else row["pred_error"]
-        stats.unavailable_examples.setdefault(engine, (msg or "")[:300])
-
-
 def _check_fits(cfg: dict, engines: list[str]) -> None:
     """Fail fast instead of hanging when the execution actors would reserve every CPU of the
     cluster and leave none for a scoring task, or ask for a custom resource (``engines.<name>.
@@ -568,38 +491,6 @@ def _check_fits(cfg: dict, engines: list[str]) -> None:
             f"execution actors reserve {reserved:g} CPUs and a scoring task needs "
             f"{cfg['pipeline'].get('score_num_cpus', 0.25)}, but the Ray cluster has {total:g}: lower "
             f"engines.<name>.actors / engines.<name>.num_cpus or pipeline.score_num_cpus")
-
-
-def _warn_malformed(items: list[WorkItem], show: int = 3) -> None:
-    """One line per prediction whose text has no UTF-8 encoding (a lone surrogate): it is
-    refused by the sandbox (``rejected``) and stored escaped; the run goes on."""
-    from polysql_ray.engines.guard import malformed_text
-
-    bad = [(it, msg) for it in items if it.prediction.pred_sql
-           for msg in [malformed_text(it.prediction.pred_sql)] if msg and "surrogate" in msg]
-    for it, msg in bad[:show]:
-        print(f"polysql_ray: warning: prediction {it.example.question_id!r} of model {it.cell.model!r}: "
-              f"{msg}; scored as rejected, stored escaped", file=sys.stderr)
-    if len(bad) > show:
-        print(f"polysql_ray: warning: ... and {len(bad) - show} more predictions with malformed text",
-              file=sys.stderr)
-
-
-def _item_meta(it: WorkItem, index: dict[str, int], run_id: str) -> dict:
-    ex, cell, pred = it.example, it.cell, it.prediction
-    return {
-        "key": it.key, "cell_key": cell.key, "run_id": run_id, "model": cell.model,
-        "generator": cell.generator, "generator_fingerprint": cell.generator_fingerprint,
-        "dataset": cell.dataset, "dialect": cell.dialect, "source_engine": ex.source_engine,
-        "target_engine": cell.target_engine, "instruction_level": cell.instruction_level,
-        "question_id": ex.question_id, "db_id": ex.db_id, "gold_sql": storable_text(ex.gold_sql),
-        "pred_sql": storable_text(pred.pred_sql), "gen_status": GenStatus(pred.status).value,
-        "_gold": index.get(it.gold), "_probe": index.get(it.probe), "_pred": index.get(it.pred),
-        "_ties_probe": index.get(it.ties_probe),
-        "_shape": it.shape, "_gen_status": GenStatus(pred.status).value, "_gold_error": ex.gold_error,
-        "_gold_dialect": ex.gold_dialect,
-        "_structural": it.structural, "_flags": tuple(ex.extra.get("flags", ())),
-    }
 
 
 # --------------------------------------------------------------------------- the run
@@ -750,83 +641,84 @@ def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[Ru
 
 
 def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_start):
-    from polysql_ray.pipeline.generate import GenerationStage, close_generators
+    """The streaming pipeline (module docstring), holding the results_dir lock."""
+    from polysql_ray.pipeline.generate import GenerationFeed, GenerationStage, close_generators
     from polysql_ray.pipeline.manifest import run_manifest
-    from polysql_ray.pipeline.summary import ex_table
+    from polysql_ray.pipeline.scheduler import Scheduler, StageClock
+    from polysql_ray.pipeline.structural import StructuralJob, proves_before
+    from polysql_ray.pipeline.summary import ex_table, write_run_summary
     from polysql_ray.store.generations import GenerationsStore
 
+    clock = StageClock()
+    stats.clock = clock
+    pcfg = cfg["pipeline"]
+    window = max(1, int(pcfg.get("max_pending_items", 20_000)))
+    chunk = max(1, min(window // 2 or 1, int(pcfg.get("plan_chunk_items", 2_000))))
+    mode = str(pcfg.get("structural_check", "auto"))
     grid = build_grid(cfg, conf_loader)
     stats.cells = len(grid.cells)
-    policy = grid.policy
-    store.write_run(run_id, run_manifest(cfg, grid, policy), config_yaml)
+    store.write_run(run_id, run_manifest(cfg, grid, grid.policy), config_yaml)
     gen_stage = GenerationStage(GenerationsStore(cfg["results_dir"]))
     stats.generation = gen_stage.stats
     if any(m.get("generator") == "vllm" for m in grid.models):
         init_ray(cfg)  # vLLM actor pools live on the cluster the driver joins
 
     t0 = time.perf_counter()
-    stored = store.existing_keys([c.key for c in grid.cells])
-    predictions: dict[str, list[Prediction]] = {}
-
-    def predictions_for(cell: Cell) -> list[Prediction]:
-        if cell.key not in predictions:
-            predictions.update(generate(grid, [cell], gen_stage))
-        return predictions[cell.key]
-
+    # stored keys are read for ~100k questions at a time (a few MB of keys; fewer store scans)
+    pending = pending_work(grid, store, stats, group_items=max(window, PENDING_GROUP_ITEMS))
+    cells = [c for c in grid.cells if c.key in pending]
+    stats.stage_s["plan"] = time.perf_counter() - t0
+    feed = None
     try:
         with Progress(enabled=bool(cfg.get("progress", True)), console=console) as progress:
-            locations: dict = {}
-            items, requests = plan_work(grid, grid.cells, stored, predictions_for,
-                                        lambda ds, db, eng: _location(grid, locations, ds, db, eng), stats)
-            stats.stage_s["plan+generate"] = time.perf_counter() - t0
-            if items:
+            if cells:
                 init_ray(cfg)
+                _check_fits(cfg, sorted({c.target_engine for c in cells}
+                                        | {src.engine for c in cells for src in grid.sources[c.dataset]}))
+                # model generators start on the first cells while the copies are made
+                feed = GenerationFeed(gen_stage, grid.generators, grid.datasets, cells,
+                                      prefetch=int(pcfg.get("generation_prefetch_cells", 1)), clock=clock)
                 t0 = time.perf_counter()
-                # structural checks need no replica: they run while the copies are made
-                structural = StructuralJob(str(cfg["pipeline"].get("structural_check", "prove")),
-                                           int(cfg["pipeline"]["score_batch_size"]), policy).submit(items)
-                locations.update(replicate(grid, items, cfg, progress, stats))
+                locations = replicate(grid, cells, cfg, progress, stats, clock)
                 stats.stage_s["replicate"] = time.perf_counter() - t0
-                # second planning pass now that replica locations are known (cheap, no generation)
-                items, requests = plan_work(grid, grid.cells, stored, predictions_for,
-                                            lambda ds, db, eng: _location(grid, locations, ds, db, eng),
-                                            RunStats(run_id=run_id))
-                if stats.failed_replicas:  # leave that work unscored: a rerun retries it
-                    items = [it for it in items if (it.cell.dataset, it.example.db_id, it.cell.target_engine)
-                             not in stats.failed_replicas]
+                planner = Planner(grid, locations, stats.failed_replicas)
+                warnings = MalformedWarnings()
                 t0 = time.perf_counter()
-                stats.proven = structural.apply(items, progress)
-                stats.stage_s["structural"] = time.perf_counter() - t0
-                requests = _count_requests(items, requests, stats)
-                t0 = time.perf_counter()
-                execute_and_score(items, requests, cfg, store, progress, stats, run_id, policy)
+                with Scheduler(cfg, store, progress, stats, run_id, grid.policy, clock,
+                               engine_settings=_engine_settings) as sched:
+                    for cell in cells:
+                        # while the model generates this cell, earlier cells keep executing and scoring
+                        preds = feed.predictions(cell, timeout=0)
+                        while preds is None:
+                            if sched.busy():
+                                sched.step(timeout=0.2)
+                            preds = feed.predictions(cell, timeout=0 if sched.busy() else 0.5)
+                        keys = score_keys(grid, cell)
+                        todo = range(len(keys)) if pending[cell.key] is ALL else pending[cell.key]
+                        prove = proves_before(mode, cell.target_engine, cfg)
+                        for start in range(0, len(todo), chunk):
+                            items, requests = planner.plan(cell, todo[start:start + chunk], keys, preds)
+                            warnings.check(items)
+                            job = (StructuralJob(mode, int(pcfg["score_batch_size"]), grid.policy, cfg).submit(items)
+                                   if prove else None)
+                            sched.wait_below(window - len(items))
+                            sched.add(items, requests, job)
+                        del preds, keys
+                    sched.drain()
+                warnings.close()
                 stats.stage_s["execute+score"] = time.perf_counter() - t0
     finally:
+        if feed is not None:
+            feed.close()
         close_generators(grid.generators)
+        t0 = time.perf_counter()
         store.compact()
+        stats.stage_s["compact"] = time.perf_counter() - t0
     stats.quarantined = list(store.quarantined)
     stats.stage_s["generate"] = gen_stage.stats.seconds
-    stats.wall_s = time.perf_counter() - t_start
+    t0 = time.perf_counter()
     table = ex_table(store, [c.key for c in grid.cells])
+    stats.stage_s["ex_table"] = time.perf_counter() - t0
+    stats.wall_s = time.perf_counter() - t_start
+    write_run_summary(store, stats)
     return stats, table
-
-
-def _count_requests(items: list[WorkItem], requests: dict[str, ExecRequest], stats: RunStats) -> dict[str, ExecRequest]:
-    """Keep only executions some item still needs; count requested vs unique per engine."""
-    kept: dict[str, ExecRequest] = {}
-    for it in items:
-        for d in it.deps:
-            stats.exec_requested[requests[d].engine] += 1
-            if d not in kept:
-                kept[d] = requests[d]
-                stats.exec_unique[requests[d].engine] += 1
-    return kept
-
-
-def _location(grid: Grid, locations: dict, dataset: str, db_id: str, engine: str) -> str | None:
-    for src in grid.sources[dataset]:
-        if src.db_id == db_id:
-            if src.engine == engine:
-                return src.location
-            return locations.get((dataset, db_id, engine))
-    return None

@@ -62,6 +62,16 @@ class Progress:
         self._tasks.append([stage, 0, int(total)])
         return len(self._tasks) - 1
 
+    def grow(self, task: int, n: int) -> None:
+        """Add ``n`` steps to the total of bar ``task`` (a streaming run learns its executions
+        cell by cell)."""
+        if self._p:
+            t = self._p.tasks[task] if task < len(self._p.tasks) else None
+            self._p.update(task, total=(t.total or 0) + n if t is not None else n)
+            return
+        if 0 <= task < len(self._tasks):
+            self._tasks[task][2] += int(n)
+
     def advance(self, task: int, n: int = 1) -> None:
         """Advance bar ``task`` by ``n`` steps."""
         if self._p:

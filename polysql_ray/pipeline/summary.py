@@ -46,8 +46,37 @@ _SCHEMA = pa.schema([(c, pa.string()) if c in (*CELL,) else
                      for c, _, _ in COLUMNS])
 
 
+#: Store columns the EX table reads (:func:`polysql_ray.statistics.ex.ex_table` counts them).
+EX_COLUMNS = ("basis", "flags", "generator", "cell_key")
+#: DuckDB memory cap of the end-of-run EX table (it spills to its temp folder beyond it).
+EX_TABLE_MEMORY = "256MB"
+#: Cells aggregated per DuckDB query by the end-of-run EX table (about 30k rows of Spider).
+EX_TABLE_CELLS = 32
+
+
 def _pct(k: int, n: int) -> float | None:
     return round(100.0 * k / n, 2) if n else None
+
+
+def _cells_in(path: Path) -> set[str] | None:
+    """The ``cell_key`` values of a part file from its footer's row-group statistics (min ==
+    max per row group), or None when the footer cannot tell (then the file is always read)."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_metadata(path)
+        idx = meta.schema.to_arrow_schema().get_field_index("cell_key")
+        if idx < 0:
+            return None
+        cells = set()
+        for rg in range(meta.num_row_groups):
+            st = meta.row_group(rg).column(idx).statistics
+            if st is None or not st.has_min_max or st.min != st.max:
+                return None
+            cells.add(st.min if isinstance(st.min, str) else bytes(st.min).decode())
+        return cells
+    except Exception:  # noqa: BLE001 - an unreadable footer: let DuckDB read (and report) it
+        return None
 
 
 def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = None) -> pa.Table:
@@ -63,12 +92,34 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
     root = store.root if isinstance(store, ResultsStore) else Path(store)
     if cell_keys is not None and not cell_keys:
         return _SCHEMA.empty_table()
+    import tempfile
+
+    import duckdb
+
+    from polysql_ray.statistics.load import store_files
+
     try:
-        con, _ = load_scores(root, cell_keys=cell_keys)
+        files = store_files(root)
     except FileNotFoundError:
         return _SCHEMA.empty_table()
+    # only the counted columns, a few cells per query and a memory cap with spilling: the table
+    # of a million-row store is aggregated without holding its SQL texts or all its rows. The
+    # run's cells have one cell_key per (model, dataset, dialect, level), so cutting by cells
+    # never splits a question's rows between two queries.
+    groups = ([None] if cell_keys is None else
+              [cell_keys[i:i + EX_TABLE_CELLS] for i in range(0, len(cell_keys), EX_TABLE_CELLS)])
+    rows = []
+    cells_in = {f: _cells_in(f) for f in files} if cell_keys is not None else {}
+    con = duckdb.connect(config={"memory_limit": EX_TABLE_MEMORY, "threads": 1,
+                                 "temp_directory": tempfile.gettempdir() + "/polysql-duckdb-spill"})
     try:
-        rows = _stats_ex_table(con, CELL, ci_method=None)  # no CI shown: skip statsmodels
+        for group in groups:
+            # a file whose footer says it holds other cells only is not read for this group
+            want = set(group or ())
+            part = [f for f in files if group is None or cells_in[f] is None or cells_in[f] & want]
+            if part:
+                load_scores(root, con=con, cell_keys=group, columns=EX_COLUMNS, files=part)
+                rows.extend(_stats_ex_table(con, CELL, ci_method=None))  # no CI shown: skip statsmodels
     finally:
         con.close()
     out = []
@@ -121,3 +172,39 @@ def render(table: pa.Table, console, title: str = "Execution accuracy (EX, %)") 
         console.print(t)
     for line in legend_lines(table):
         console.print(f"  {line}", highlight=False, soft_wrap=False)
+
+
+def stage_lines(stats) -> list[str]:
+    """One line per stage of the run's :class:`~polysql_ray.pipeline.scheduler.StageClock`:
+    ``stage  first start +s  last end +s`` (seconds from the run's start), in start order."""
+    clock = getattr(stats, "clock", None)
+    if clock is None:
+        return []
+    out = []
+    for stage, t in clock.as_dict().items():
+        a, b = t["first_start_s"], t["last_end_s"]
+        out.append(f"{stage:<28} start {'-' if a is None else f'+{a:.1f}s':>9}  "
+                   f"end {'-' if b is None else f'+{b:.1f}s':>9}")
+    return out
+
+
+def write_run_summary(store: ResultsStore, stats) -> Path:
+    """Write ``runs/<run_id>/summary.json``: the run's counts, stage seconds and stage
+    timestamps (``stages``: ``{stage: {first_start, last_end (UTC ISO), first_start_s,
+    last_end_s (seconds from the run's start)}}``). Returns the path."""
+    import json
+
+    g = stats.generation
+    doc = {
+        "run_id": stats.run_id, "cells": stats.cells, "items_total": stats.items_total,
+        "items_skipped": stats.items_skipped, "items_scored": stats.items_scored,
+        "exec_requested": dict(stats.exec_requested), "exec_unique": dict(stats.exec_unique),
+        "exec_reused": stats.exec_reused, "proven": stats.proven,
+        "generated": getattr(g, "generated", 0), "generations_reused": getattr(g, "reused", 0),
+        "wall_s": round(stats.wall_s, 3), "stage_s": {k: round(v, 3) for k, v in stats.stage_s.items()},
+        "stages": stats.clock.as_dict() if getattr(stats, "clock", None) is not None else {},
+    }
+    path = Path(store.root) / "runs" / stats.run_id / "summary.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return path

@@ -132,6 +132,8 @@ def load_scores(
     exclude_generators: tuple[str, ...] = (),
     cell_keys: list[str] | None = None,
     only_generators: tuple[str, ...] = (),
+    columns: tuple[str, ...] | None = None,
+    files: list[Path] | None = None,
 ) -> tuple[duckdb.DuckDBPyConnection, LoadSummary]:
     """Create the deduplicated temp table ``scores`` in a DuckDB connection.
 
@@ -145,6 +147,11 @@ def load_scores(
             gold-portability ceiling); empty keeps all.
         cell_keys: keep only rows of these store cells (``cell_key``); the end-of-run EX
             table of :mod:`polysql_ray.pipeline.summary` passes the run's cells.
+        columns: store columns to load (the analysis key, ``key``, ``scored_at``,
+            ``verdict``, ``reason``, ``pred_status`` and ``policy_version`` are always added);
+            None loads all. A subset keeps SQL texts and errors out of memory on big stores.
+        files: the part files to read, as :func:`store_files` lists them (a caller loading
+            the store several times lists it once); None lists them here.
 
     Returns:
         ``(con, summary)``. Table ``scores`` has all store columns plus
@@ -154,7 +161,7 @@ def load_scores(
     Raises:
         FileNotFoundError: the store has no Parquet file.
     """
-    files = store_files(results_dir)
+    files = store_files(results_dir) if files is None else files
     con = con or duckdb.connect()
     file_list = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
     conds = []
@@ -167,9 +174,14 @@ def load_scores(
     if cell_keys is not None:
         conds.append(f"cell_key IN {sql_list(sorted(set(cell_keys)))}")
     where = ("WHERE " + " AND ".join(conds)) if conds else ""
+    select = "*"
+    if columns is not None:
+        need = dict.fromkeys((*ANALYSIS_KEY, "key", "scored_at", "verdict", "reason", "pred_status",
+                              "policy_version", *columns, "filename"))
+        select = ", ".join(f'"{c}"' for c in need)
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE raw_scores AS "
-        f"SELECT * FROM read_parquet({file_list}, union_by_name=true, filename=true) {where}"
+        f"SELECT {select} FROM read_parquet({file_list}, union_by_name=true, filename=true) {where}"
     )
     key = ", ".join(ANALYSIS_KEY)
     con.execute(

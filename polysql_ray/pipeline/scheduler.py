@@ -1,0 +1,464 @@
+"""Streaming execution and scoring: work items in, score rows out, in a bounded window.
+
+:class:`Scheduler` is fed work items chunk by chunk (:meth:`Scheduler.add`) and keeps them
+moving through three stages, all asynchronous on Ray:
+
+1. **structural** (optional, :mod:`polysql_ray.pipeline.structural`): a chunk whose items the
+   mode proves waits for its proof tasks; proven predictions lose their execution;
+2. **execution**: every unique (engine, database copy, SQL) runs once on the engine's
+   execution actors (bounded concurrency: ``engines.<name>.actors`` actors with at most
+   ``pipeline.max_inflight_exec`` batches of ``pipeline.exec_batch_size`` each);
+3. **scoring**: a batch of ``pipeline.score_batch_size`` items is scored by one Arrow task as
+   soon as all its executions are done (at most ``pipeline.max_inflight_score`` in flight);
+   rows go to the results store through a writer that flushes by rows and by seconds.
+
+Memory. The driver holds at most :attr:`Scheduler.pending` items (the caller keeps it under
+``pipeline.max_pending_items`` with :meth:`Scheduler.wait_below`), their batches, and
+ObjectRefs: never a result set (results live in Ray's object store, fetched only by the
+scoring tasks).
+
+Reuse of executions (the "computed once" rule). Executions are keyed by
+:func:`polysql_ray.pipeline.plan.exec_key`. A key is run once while it is queued or running
+(every batch that needs it waits on the same execution) and, once done, its ObjectRef stays
+in a bounded LRU (``pipeline.exec_cache_size`` entries, most recently used kept). Sweeps
+iterate model by model over the same questions, so a gold result (and its probes) is found in
+the LRU by every later cell that needs it; an entry evicted and needed again is executed again
+(correct, only slower). ``RunStats.exec_reused`` counts the executions saved this way.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from typing import Any
+
+import ray
+
+from polysql_ray.pipeline.plan import ExecRequest, WorkItem
+
+log = logging.getLogger("polysql_ray")
+
+#: Ray retries of an execution batch whose actor died (the actor itself restarts without limit).
+ACTOR_TASK_RETRIES = 1
+#: A single statement whose execution killed its actor this many times is a runtime failure.
+CRASH_ATTEMPTS = 2
+
+
+class StageClock:
+    """First start and last end (UTC epoch seconds) of each named stage of a run.
+
+    ``start(stage)`` keeps the earliest call, ``end(stage)`` the latest; :meth:`as_dict` gives
+    ``{stage: {"first_start": iso, "last_end": iso, "first_start_s": s, "last_end_s": s}}``
+    with ``*_s`` in seconds from the run's start. Thread-safe enough for the generation
+    threads (each stage name is written by one thread, or under the GIL by the driver).
+
+    Stages of a run: ``replicate``; ``generate[<model>]`` (first cell started, last cell
+    generated); ``execute[<engine>]`` (first batch submitted to an actor, last batch done);
+    ``structural`` (first proof submitted, last applied); ``score`` (first scoring task
+    submitted, last one done).
+    """
+
+    def __init__(self, t0: float | None = None) -> None:
+        self.t0 = time.time() if t0 is None else t0
+        self.first: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    def start(self, stage: str, at: float | None = None) -> None:
+        at = time.time() if at is None else at
+        if stage not in self.first or at < self.first[stage]:
+            self.first[stage] = at
+
+    def end(self, stage: str, at: float | None = None) -> None:
+        at = time.time() if at is None else at
+        if stage not in self.last or at > self.last[stage]:
+            self.last[stage] = at
+
+    def as_dict(self) -> dict[str, dict]:
+        import datetime as dt
+
+        def iso(x: float | None) -> str | None:
+            return None if x is None else dt.datetime.fromtimestamp(x, dt.timezone.utc).isoformat(
+                timespec="milliseconds")
+
+        out = {}
+        for stage in sorted(set(self.first) | set(self.last), key=lambda s: self.first.get(s, 0.0)):
+            a, b = self.first.get(stage), self.last.get(stage)
+            out[stage] = {"first_start": iso(a), "last_end": iso(b),
+                          "first_start_s": None if a is None else round(a - self.t0, 3),
+                          "last_end_s": None if b is None else round(b - self.t0, 3)}
+        return out
+
+
+class TimedWriter:
+    """Buffers scored batches and writes them when ``flush_rows`` rows are buffered or
+    ``flush_s`` seconds passed since the last write, whichever comes first; :meth:`close`
+    writes the rest. So part files stay few on big sweeps (one per cell per flush) and a
+    ``kill -9`` loses at most ``flush_s`` seconds of scoring (rescored by the next run).
+
+    Args:
+        store: the :class:`polysql_ray.store.parquet.ResultsStore`.
+        flush_rows: rows buffered before a write (>= 1).
+        flush_s: seconds between writes while rows are buffered (0: every batch is written).
+    """
+
+    def __init__(self, store, flush_rows: int, flush_s: float) -> None:
+        from polysql_ray.store.parquet import BufferedWriter
+
+        self._w = BufferedWriter(store, max(1, int(flush_rows)))
+        self.flush_s = float(flush_s)
+        self._last = time.monotonic()
+
+    def add(self, rows) -> None:
+        self._w.add(rows)
+        if self._w._rows == 0 or time.monotonic() - self._last >= self.flush_s:
+            self.flush()
+
+    def tick(self) -> None:
+        """Write buffered rows whose age passed ``flush_s`` (called while the driver waits)."""
+        if time.monotonic() - self._last >= self.flush_s:
+            self.flush()
+
+    def flush(self) -> None:
+        self._w.flush()
+        self._last = time.monotonic()
+
+    @property
+    def files(self) -> list:
+        return self._w.files
+
+
+class Scheduler:
+    """Executes and scores work items added chunk by chunk (module docstring).
+
+    Args:
+        cfg: composed config (``pipeline.*``, ``engines.*``, ``limits``).
+        store: the results store; rows are written through a :class:`TimedWriter`.
+        progress: :class:`polysql_ray.pipeline.progress.Progress`.
+        stats: the run's ``RunStats`` (counters updated in place).
+        run_id: stored in every row.
+        policy: the run's ComparisonPolicy object.
+        clock: the run's :class:`StageClock` (``execute[<engine>]``, ``score``, ``structural``).
+
+    Use as a context manager: on exit the writer is flushed and the actors are killed.
+    Errors: :class:`polysql_ray.pipeline.driver.ConfigError` (via ``check_fits``) when an
+    engine's actors cannot fit the cluster.
+    """
+
+    def __init__(self, cfg: dict, store, progress, stats, run_id: str, policy, clock: StageClock,
+                 check_fits=None, engine_settings=None) -> None:
+        pcfg = cfg["pipeline"]
+        self.cfg, self.progress, self.stats, self.run_id, self.policy, self.clock = \
+            cfg, progress, stats, run_id, policy, clock
+        self.exec_bs, self.score_bs = int(pcfg["exec_batch_size"]), int(pcfg["score_batch_size"])
+        self.max_exec, self.max_score = int(pcfg["max_inflight_exec"]), int(pcfg["max_inflight_score"])
+        self.score_cpus = float(pcfg.get("score_num_cpus", 0.25))
+        self.limits = dict(cfg["limits"])
+        self.cache_size = max(0, int(pcfg.get("exec_cache_size", 20_000)))
+        self.writer = TimedWriter(store, int(pcfg.get("flush_rows", 20_000)), float(pcfg.get("flush_s", 10.0)))
+        self._check_fits = check_fits
+        self._engine_settings = engine_settings
+        self.actors: dict[str, list] = {}
+        self.queues: dict[str, collections.deque] = collections.defaultdict(collections.deque)
+        self.singles: dict[str, collections.deque] = collections.defaultdict(collections.deque)
+        self.inflight_per_actor: collections.Counter = collections.Counter()
+        self.alone: set[tuple[str, int]] = set()   # actors running one suspect statement alone
+        self.attempts: collections.Counter = collections.Counter()
+        self.exec_inflight: dict[Any, tuple[str, int, list[str]]] = {}
+        self.req_of: dict[str, ExecRequest] = {}            # queued or running executions
+        self.running: dict[str, Any] = {}                   # exec key -> ref while it runs
+        self.waiting_on: dict[str, list[int]] = {}          # exec key -> batches waiting on it
+        self.done: collections.OrderedDict[str, Any] = collections.OrderedDict()  # LRU of refs
+        self.batches: dict[int, list[WorkItem]] = {}
+        self.batch_refs: dict[int, dict[str, Any]] = {}
+        self.missing: dict[int, int] = {}
+        self.ready: collections.deque[int] = collections.deque()
+        self.score_inflight: dict[Any, int] = {}
+        self.proving: dict[Any, tuple] = {}                  # proof ref -> (job, items, refs)
+        self._next_batch = 0
+        self.pending = 0                                     # items added, not yet scored
+        self.ptasks: dict[str, int] = {}
+        self.stask = progress.add("score", 0)
+        self.struct_task: int | None = None
+
+    # -- feeding -------------------------------------------------------------------------
+    def add(self, items: list[WorkItem], requests: dict[str, ExecRequest], job=None) -> None:
+        """Take a chunk of planned items; ``requests`` maps every exec key of their ``deps``
+        to its :class:`ExecRequest`; ``job`` is a submitted
+        :class:`polysql_ray.pipeline.structural.StructuralJob` over them (or None)."""
+        if not items:
+            return
+        self.pending += len(items)
+        self.progress.grow(self.stask, len(items))
+        if job is not None and job.refs:
+            if self.struct_task is None:
+                self.struct_task = self.progress.add("structural", 0)
+            self.progress.grow(self.struct_task, len(job.keys))
+            self.clock.start("structural")
+            entry = (job, items, requests, set(job.refs))
+            for ref in job.refs:
+                self.proving[ref] = entry
+        else:
+            self._enqueue(items, requests)
+        self._pump()
+
+    def _enqueue(self, items: list[WorkItem], requests: dict[str, ExecRequest]) -> None:
+        for i in range(0, len(items), self.score_bs):
+            batch = items[i:i + self.score_bs]
+            b = self._next_batch
+            self._next_batch += 1
+            self.batches[b], self.batch_refs[b], self.missing[b] = batch, {}, 0
+            deps: dict[str, ExecRequest] = {}
+            for it in batch:
+                for d in it.deps:
+                    req = deps[d] = requests[d]
+                    self.stats.exec_requested[req.engine] += 1
+            for d, req in deps.items():
+                if d in self.done:
+                    self.done.move_to_end(d)
+                    self.batch_refs[b][d] = self.done[d]
+                    self.stats.exec_reused += 1
+                elif d in self.waiting_on:
+                    self.waiting_on[d].append(b)
+                    self.missing[b] += 1
+                    self.stats.exec_reused += 1
+                else:
+                    self.waiting_on[d] = [b]
+                    self.missing[b] += 1
+                    self.req_of[d] = req
+                    self.stats.exec_unique[req.engine] += 1
+                    self._queue(req)
+            if self.missing[b] == 0:
+                self.ready.append(b)
+
+    def _queue(self, req: ExecRequest) -> None:
+        engine = req.engine
+        if engine not in self.actors:
+            self._start_engine(engine)
+        self.queues[engine].append(req)
+        self.progress.grow(self.ptasks[engine], 1)
+
+    def _start_engine(self, engine: str) -> None:
+        from polysql_ray.pipeline.actors import ExecutionActor
+
+        pcfg = self.cfg["pipeline"]
+        ecfg = (self.cfg.get("engines") or {}).get(engine) or {}
+        n = max(1, int(ecfg.get("actors", 1)))
+        # a dead actor (killed, OOM, an engine crash) is restarted and its in-flight batches are
+        # retried by Ray; what still fails is split into single statements (_exec_failed)
+        cls = ray.remote(ExecutionActor).options(num_cpus=float(ecfg.get("num_cpus", 0.5)),
+                                                 num_gpus=float(ecfg.get("num_gpus", 0) or 0),
+                                                 resources=dict(ecfg.get("resources") or {}),
+                                                 max_restarts=-1, max_task_retries=ACTOR_TASK_RETRIES)
+        self.actors[engine] = [cls.remote(engine, self._engine_settings(self.cfg, engine), self.limits,
+                                          float(pcfg.get("unavailable_retry_s", 120)))
+                               for _ in range(n)]
+        if self._check_fits is not None:
+            self._check_fits(self.cfg, sorted(self.actors))
+        self.ptasks[engine] = self.progress.add(f"execute [{engine}]", 0)
+
+    # -- driving ---------------------------------------------------------------------------
+    def busy(self) -> bool:
+        """Work is queued, running, being proven or waiting to be scored."""
+        return bool(self.exec_inflight or self.score_inflight or self.ready or self.proving
+                    or any(self.queues.values()) or any(self.singles.values()))
+
+    def wait_below(self, limit: int) -> None:
+        """Step until at most ``limit`` items are pending (added, not yet scored)."""
+        while self.pending > limit and self.busy():
+            self.step()
+
+    def drain(self) -> None:
+        """Step until every added item is scored and written."""
+        while self.busy():
+            self.step()
+        self.writer.flush()
+
+    def step(self, timeout: float = 5.0) -> None:
+        """Wait for one execution, proof or scoring task to finish and handle what finished."""
+        self._pump()
+        waitable = list(self.exec_inflight) + list(self.score_inflight) + list(self.proving)
+        if not waitable:
+            return
+        done, _ = ray.wait(waitable, num_returns=1, timeout=timeout)
+        for ref in done:
+            if ref in self.exec_inflight:
+                self._exec_done(ref)
+            elif ref in self.score_inflight:
+                self._score_done(ref)
+            else:
+                self._proof_done(ref)
+        self.writer.tick()
+        self._pump()
+
+    def _pump(self) -> None:
+        self._submit_exec()
+        self._submit_scores()
+
+    def _proof_done(self, ref) -> None:
+        job, items, requests, refs = self.proving.pop(ref)
+        refs.discard(ref)
+        if refs:
+            return
+        self.stats.proven += job.apply(items, self.progress, self.struct_task)
+        self.clock.end("structural")
+        self._enqueue(items, requests)  # proven predictions dropped their execution from deps
+
+    def _exec_done(self, ref) -> None:
+        engine, a, keys = self.exec_inflight.pop(ref)
+        self.inflight_per_actor[(engine, a)] -= 1
+        self.alone.discard((engine, a))
+        try:
+            st = ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            keys = self._exec_failed(engine, keys, exc)
+        else:
+            self.stats.engine_s[engine] += st["engine_s"]
+            self.stats.exec_retries += st.get("retries", 0)
+            self.progress.advance(self.ptasks[engine], st["n"])
+        self.clock.end(f"execute[{engine}]")
+        for k in keys:
+            self._settle(k)
+
+    def _settle(self, k: str) -> None:
+        """Execution ``k`` is done: hand its ref to the batches waiting on it; keep it in the LRU."""
+        self.req_of.pop(k)
+        ref = self.running.pop(k)
+        for b in self.waiting_on.pop(k, ()):
+            self.batch_refs[b][k] = ref
+            self.missing[b] -= 1
+            if self.missing[b] == 0:
+                self.ready.append(b)
+        if self.cache_size:
+            self.done[k] = ref
+            if len(self.done) > self.cache_size:
+                self.done.popitem(last=False)
+
+    def _score_done(self, ref) -> None:
+        b = self.score_inflight.pop(ref)
+        table = ray.get(ref)
+        self.writer.add(table)
+        _count_unavailable(table, self.stats)
+        n = len(self.batches.pop(b))
+        self.batch_refs.pop(b, None)
+        self.missing.pop(b, None)
+        self.pending -= n
+        self.stats.items_scored += table.num_rows
+        self.progress.advance(self.stask, table.num_rows)
+        self.clock.end("score")
+
+    def _submit_exec(self) -> None:
+        for engine, pool in self.actors.items():
+            q, one = self.queues[engine], self.singles[engine]
+            while q or one:
+                if one:  # a suspect runs alone on an idle actor, so a crash blames only it
+                    idle = [i for i in range(len(pool)) if self.inflight_per_actor[(engine, i)] == 0]
+                    if not idle:
+                        break
+                    a, reqs = idle[0], [one.popleft()]
+                    self.alone.add((engine, a))
+                else:
+                    free = [i for i in range(len(pool)) if (engine, i) not in self.alone]
+                    if not free:
+                        break
+                    a = min(free, key=lambda i: self.inflight_per_actor[(engine, i)])
+                    if self.inflight_per_actor[(engine, a)] >= self.max_exec:
+                        break
+                    reqs = [q.popleft() for _ in range(min(self.exec_bs, len(q)))]
+                refs = pool[a].execute_batch.options(num_returns=len(reqs) + 1).remote(
+                    [(r.location, r.sql) for r in reqs])
+                refs = list(refs) if isinstance(refs, (list, tuple)) else [refs]
+                for r, ref in zip(reqs, refs[:-1]):
+                    self.running[r.key] = ref
+                self.exec_inflight[refs[-1]] = (engine, a, [r.key for r in reqs])
+                self.inflight_per_actor[(engine, a)] += 1
+                self.clock.start(f"execute[{engine}]")
+
+    def _submit_scores(self) -> None:
+        from polysql_ray.pipeline.actors import score_batch
+
+        while self.ready and len(self.score_inflight) < self.max_score:
+            b = self.ready.popleft()
+            batch, refs = self.batches[b], self.batch_refs[b]
+            deps = sorted({d for it in batch for d in it.deps})
+            index = {d: i for i, d in enumerate(deps)}
+            metas = [_item_meta(it, index, self.run_id) for it in batch]
+            ref = score_batch.options(num_cpus=self.score_cpus).remote(
+                metas, [refs[d] for d in deps], self.policy, self.limits)
+            self.score_inflight[ref] = b
+            self.batch_refs[b] = {}  # the scoring task holds the refs now
+            self.clock.start("score")
+
+    def _exec_failed(self, engine: str, keys: list[str], exc: BaseException) -> list[str]:
+        """An execution batch failed although Ray restarted its actor and retried it: split it
+        into single statements, so a statement that crashes its engine process is isolated;
+        a single statement that failed :data:`CRASH_ATTEMPTS` times is recorded as its own
+        runtime failure. Returns the keys now settled."""
+        from polysql_ray.engines.base import ExecStatus, ExecutionResult
+        from polysql_ray.pipeline.driver import _root_message
+
+        self.stats.actor_failures += 1
+        settled = []
+        for k in keys:
+            self.attempts[k] += len(keys) == 1  # only a statement that failed alone is blamed
+            req = self.req_of[k]
+            if len(keys) > 1 or self.attempts[k] < CRASH_ATTEMPTS:
+                self.running.pop(k, None)
+                self.singles[engine].append(req)
+                continue
+            self.stats.crashed += 1
+            log.warning("isolated an execution that killed the %s engine process %d times: %s",
+                        engine, self.attempts[k], _root_message(exc)[:200])
+            self.running[k] = ray.put(ExecutionResult.failure(
+                ExecStatus.RUNTIME, f"the {engine} engine process died running this statement "
+                f"({self.attempts[k]} attempts): {_root_message(exc)[:300]}"))
+            self.attempts.pop(k, None)
+            settled.append(k)
+        return settled
+
+    # -- context -----------------------------------------------------------------------------
+    def __enter__(self) -> "Scheduler":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.writer.flush()
+        finally:
+            for pool in self.actors.values():
+                for a in pool:
+                    ray.kill(a)
+
+
+def _count_unavailable(table, stats) -> None:
+    """Count the rows of a scored batch that could not run (verdict ``unavailable``)."""
+    import pyarrow.compute as pc
+
+    mask = pc.fill_null(pc.equal(table.column("verdict"), "unavailable"), False)
+    if not pc.any(mask).as_py():
+        return
+    for row in table.filter(mask).select(["target_engine", "source_engine", "reason", "gold_error",
+                                           "pred_error"]).to_pylist():
+        engine = row["source_engine"] if row["reason"] == "gold_unavailable" else row["target_engine"]
+        stats.unavailable[engine] += 1
+        msg = row["gold_error"] if row["reason"] == "gold_unavailable" else row["pred_error"]
+        stats.unavailable_examples.setdefault(engine, (msg or "")[:300])
+
+
+def _item_meta(it: WorkItem, index: dict[str, int], run_id: str) -> dict:
+    """Row metadata of one item for :func:`polysql_ray.pipeline.actors.score_batch`."""
+    from polysql_ray.generation.base import GenStatus
+    from polysql_ray.store.parquet import storable_text
+
+    ex, cell, pred = it.example, it.cell, it.prediction
+    return {
+        "key": it.key, "cell_key": cell.key, "run_id": run_id, "model": cell.model,
+        "generator": cell.generator, "generator_fingerprint": cell.generator_fingerprint,
+        "dataset": cell.dataset, "dialect": cell.dialect, "source_engine": ex.source_engine,
+        "target_engine": cell.target_engine, "instruction_level": cell.instruction_level,
+        "question_id": ex.question_id, "db_id": ex.db_id, "gold_sql": storable_text(ex.gold_sql),
+        "pred_sql": storable_text(pred.pred_sql), "gen_status": GenStatus(pred.status).value,
+        "_gold": index.get(it.gold), "_probe": index.get(it.probe), "_pred": index.get(it.pred),
+        "_ties_probe": index.get(it.ties_probe),
+        "_shape": it.shape, "_gen_status": GenStatus(pred.status).value, "_gold_error": ex.gold_error,
+        "_gold_dialect": ex.gold_dialect,
+        "_structural": it.structural, "_flags": tuple(ex.extra.get("flags", ())),
+    }

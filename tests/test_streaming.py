@@ -1,0 +1,182 @@
+"""The streaming driver (issue 13 items 1-3): a bounded window of work, exact rerun skipping,
+the structural check only where it pays, and generation overlapping execution as shown by
+the stage timestamps of ``runs/<run_id>/summary.json``."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from polysql_ray.config import compose
+from polysql_ray.pipeline.structural import EXEC_COST_MS, _cached_checker, _prove_batch, proves_before
+
+CELL = ("model", "dataset", "dialect", "instruction_level")
+
+
+def _rows(out: Path) -> list[tuple]:
+    return duckdb.connect().sql(
+        f"SELECT count(*), count(DISTINCT key) FROM read_parquet('{out}/scores/**/*.parquet')").fetchall()
+
+
+def _summary(out: Path, run_id: str) -> dict:
+    return json.loads((out / "runs" / run_id / "summary.json").read_text())
+
+
+# ----------------------------------------------------------------- cost-based structural check
+
+def test_auto_proves_only_before_expensive_engines():
+    assert not proves_before("auto", "sqlite") and not proves_before("auto", "duckdb")
+    assert proves_before("auto", "postgres") and proves_before("auto", "mysql")
+    assert proves_before("auto", "snowflake") and proves_before("auto", "bigquery")
+    assert proves_before("prove", "sqlite") and proves_before("verify", "duckdb")
+    assert not proves_before("off", "bigquery")
+    # the cost is data: per engine in the config, and the threshold too
+    assert proves_before("auto", "sqlite", {"engines": {"sqlite": {"exec_cost_ms": 50}}})
+    assert not proves_before("auto", "postgres", {"pipeline": {"structural_min_exec_ms": 1000}})
+    assert EXEC_COST_MS["sqlite"] < EXEC_COST_MS["postgres"] < EXEC_COST_MS["bigquery"]
+
+
+def test_canonical_forms_are_cached_per_unique_sql_and_decide_as_before():
+    from polysql_ray.comparison.ast import AstEquivalence
+
+    gold = "SELECT name FROM singer WHERE age > 30 AND country = 'France'"
+    preds = ["SELECT name FROM singer WHERE country = 'France' AND age > 30",
+             "SELECT name FROM singer WHERE 30 < age AND country = 'France'",
+             "SELECT name FROM singer WHERE age > 31 AND country = 'France'",
+             "SELECT name FROM singer ORDER BY random() LIMIT 1"]
+    pairs = [(gold, "sqlite", p, "sqlite", None) for p in preds]
+    hits = type(_cached_checker()).hits
+    out = _prove_batch._function(pairs)
+    # the gold was canonicalised once, then found in the cache for the 3 other pairs
+    assert type(_cached_checker()).hits - hits >= len(preds) - 1
+    plain = AstEquivalence()
+    expect = []
+    for p in preds:
+        r = plain.check(gold, "sqlite", p, "sqlite")
+        expect.append("equivalent" if r.decision == "equivalent" else f"unknown: {r.reason}")
+    assert out == expect
+    assert out[:2] == ["equivalent", "equivalent"] and out[2].startswith("unknown")
+    # a second batch answers from the cache with the same decisions (refusals included)
+    assert _prove_batch._function(pairs) == expect
+
+
+# ----------------------------------------------------------------------- the streaming run
+
+@pytest.mark.slow
+def test_tiny_window_scores_every_item_once_and_a_rerun_scores_nothing(ray_session, tmp_path):
+    """A window of 10 items, chunks of 5, score batches of 4 and an LRU of 2 executions:
+    every item is scored exactly once, with the EX table of a default run; the rerun scores
+    and executes nothing."""
+    from polysql_ray.pipeline.driver import run
+
+    cfg, loader, text = compose(["+sweep=quickstart", f"results_dir={tmp_path / 'default'}", "progress=false"])
+    base_stats, base_table = run(cfg, loader, text)
+    out = tmp_path / "tiny"
+    cfg, loader, text = compose(["+sweep=quickstart", f"results_dir={out}", "progress=false",
+                                 "pipeline.max_pending_items=10", "pipeline.plan_chunk_items=5",
+                                 "pipeline.score_batch_size=4", "pipeline.exec_cache_size=2",
+                                 "pipeline.flush_rows=7", "pipeline.flush_s=0"])
+    stats, table = run(cfg, loader, text)
+    assert stats.items_total == stats.items_scored == 6 * 34
+    assert _rows(out) == [(6 * 34, 6 * 34)]
+    assert table.to_pylist() == base_table.to_pylist()
+    # a 2-entry LRU forgets gold results that a larger one reuses: more executions, same verdicts
+    assert sum(stats.exec_unique.values()) > sum(base_stats.exec_unique.values())
+    assert base_stats.exec_reused > 0
+    # compaction leaves one part per cell
+    assert len(list((out / "scores").rglob("*.parquet"))) == 6
+
+    again, table2 = run(cfg, loader, text)
+    assert (again.items_scored, again.items_skipped) == (0, 6 * 34)
+    assert sum(again.exec_unique.values()) == 0 and again.exec_unique == {}
+    assert table2.to_pylist() == table.to_pylist()
+    assert _rows(out) == [(6 * 34, 6 * 34)]
+
+    # a lost part (one cell) and half of another cell's rows: exactly those are scored again
+    parts = sorted((out / "scores").rglob("*.parquet"))
+    parts[0].unlink()
+    import pyarrow.parquet as pq
+
+    half = pq.read_table(parts[1])
+    pq.write_table(half.slice(0, 17), parts[1])
+    third, table3 = run(cfg, loader, text)
+    assert (third.items_scored, third.items_skipped) == (34 + 17, 6 * 34 - 34 - 17)
+    assert _rows(out) == [(6 * 34, 6 * 34)]
+    assert table3.to_pylist() == table.to_pylist()
+
+
+@pytest.mark.slow
+def test_ex_table_is_the_same_with_auto_prove_and_off(ray_session, tmp_path):
+    """The structural check may prove, never refute: auto, prove and off give the same EX
+    table on the quickstart sweep except the `proven` column (none of its proven predictions
+    would have failed to execute; a proven prediction that times out or is too large on its
+    engine would be the one difference: `pass` proven vs an execution failure)."""
+    from polysql_ray.pipeline.driver import run
+
+    tables, proven = {}, {}
+    for mode in ("auto", "prove", "off"):
+        cfg, loader, text = compose(["+sweep=quickstart", f"results_dir={tmp_path / mode}", "progress=false",
+                                     f"pipeline.structural_check={mode}"])
+        stats, table = run(cfg, loader, text)
+        proven[mode] = stats.proven
+        tables[mode] = [{k: v for k, v in r.items() if k != "proven"} for r in table.to_pylist()]
+    assert proven["prove"] > 0 and proven["auto"] == 0 and proven["off"] == 0
+    assert tables["auto"] == tables["prove"] == tables["off"]
+
+
+@pytest.mark.slow
+def test_execution_starts_before_generation_ends(ray_session, tmp_path, monkeypatch):
+    """A slow model (the loopback server answering after a delay) over 4 cells, one cell of
+    prefetch: the generation thread can start the 4th cell only after the driver took the 2nd,
+    which it does after submitting the 1st cell's executions; so the summary's timestamps show
+    execution starting before generation ends (an ordering, not a timing)."""
+    from polysql_ray.pipeline.driver import run
+
+    from test_generation_stage import loopback  # the loopback server module, loaded once
+
+    with loopback.LoopbackServer(port=0, lifetime_s=300, delay_s=0.02) as server:
+        monkeypatch.setenv("POLYSQL_LOOPBACK_URL", server.base_url)
+        cfg, loader, text = compose(["+sweep=openai_loopback", f"results_dir={tmp_path}", "progress=false",
+                                     "pipeline.generation_prefetch_cells=1"])
+        stats, table = run(cfg, loader, text)
+    assert stats.cells == 4 and stats.items_scored == 4 * 34 and stats.generation.generated == 4 * 34
+    stages = _summary(tmp_path, stats.run_id)["stages"]
+    gen = stages["generate[loopback-openai]"]
+    execs = [v for k, v in stages.items() if k.startswith("execute[")]
+    assert execs and gen["last_end_s"] is not None
+    assert min(e["first_start_s"] for e in execs) < gen["last_end_s"]
+    assert stages["score"]["first_start_s"] <= stages["score"]["last_end_s"]
+
+
+@pytest.mark.slow
+def test_auto_proves_before_postgres_and_not_before_sqlite(ray_session, tmp_path):
+    """auto on a sweep over SQLite and PostgreSQL: proofs only where a server query is saved.
+    Verdicts equal those of executing everything (off) except the documented case: a prediction
+    proven equal to its gold that its target engine would have failed to run (the quickstart
+    gold has one on PostgreSQL: proven `pass`, executed a PostgreSQL error)."""
+    from conftest_servers import require_servers
+
+    from polysql_ray.pipeline.driver import run
+
+    require_servers("postgres")
+    rows = {}
+    for mode in ("auto", "off"):
+        out = tmp_path / mode
+        cfg, loader, text = compose(["+sweep=quickstart", f"results_dir={out}", "progress=false",
+                                     "dialects=[sqlite,postgres]", f"pipeline.structural_check={mode}",
+                                     f"replication.dir={tmp_path / 'replicas'}"])
+        stats, _ = run(cfg, loader, text)
+        rows[mode] = {r[0]: r[1:] for r in duckdb.connect().sql(
+            f"SELECT key, dialect, verdict, basis, pred_status "
+            f"FROM read_parquet('{out}/scores/**/*.parquet')").fetchall()}
+        if mode == "auto":
+            proven = [r for r in rows[mode].values() if r[2] == "proven"]
+            assert stats.proven == len(proven) > 0 and {r[0] for r in proven} == {"postgres"}
+    assert rows["auto"].keys() == rows["off"].keys()
+    differ = [k for k in rows["auto"] if rows["auto"][k][1] != rows["off"][k][1]]
+    for k in differ:  # every difference: proven in auto, failed to execute in off
+        assert rows["auto"][k][2] == "proven" and rows["off"][k][3] not in ("ok", "skipped"), \
+            (rows["auto"][k], rows["off"][k])
+    assert len(differ) <= 2
