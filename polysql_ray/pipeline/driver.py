@@ -702,7 +702,7 @@ def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[Ru
     validate(cfg)
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     stats = RunStats(run_id=run_id)
-    store = ResultsStore(cfg["results_dir"])
+    store = ResultsStore(cfg["results_dir"], cfg.get("store"))
     with store.lock(run_id):  # one writer per results_dir: concurrent runs never double a key
         return _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_start)
 
@@ -717,7 +717,7 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
     stats.cells = len(grid.cells)
     policy = grid.policy
     store.write_run(run_id, run_manifest(cfg, grid, policy), config_yaml)
-    gen_stage = GenerationStage(GenerationsStore(cfg["results_dir"]))
+    gen_stage = GenerationStage(GenerationsStore(cfg["results_dir"], cfg.get("store")))
     stats.generation = gen_stage.stats
     if any(m.get("generator") == "vllm" for m in grid.models):
         init_ray(cfg)  # vLLM actor pools live on the cluster the driver joins

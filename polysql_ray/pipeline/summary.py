@@ -54,17 +54,16 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
     """EX table (Arrow, columns of :data:`COLUMNS`) over the stored rows of the given cells.
 
     Args:
-        store: the results store (or its folder).
+        store: the results store (or its folder or object-store URI).
         cell_keys: restrict to these cells (all cells when None).
 
     Returns:
         One row per cell, sorted by dataset, model, level, dialect; empty when nothing is stored.
     """
-    root = store.root if isinstance(store, ResultsStore) else Path(store)
     if cell_keys is not None and not cell_keys:
         return _SCHEMA.empty_table()
     try:
-        con, _ = load_scores(root, cell_keys=cell_keys)
+        con, _ = load_scores(store, cell_keys=cell_keys)
     except FileNotFoundError:
         return _SCHEMA.empty_table()
     try:
@@ -84,6 +83,13 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
         })
     out.sort(key=lambda r: (r["dataset"], r["model"], r["instruction_level"], r["dialect"]))
     return pa.Table.from_pylist(out, schema=_SCHEMA)
+
+
+def csv_bytes(table: pa.Table) -> bytes:
+    """The EX table as CSV bytes (header row, comma-separated), for any store filesystem."""
+    sink = pa.BufferOutputStream()
+    pacsv.write_csv(table, sink)
+    return sink.getvalue().to_pybytes()
 
 
 def write_csv(table: pa.Table, path: str | Path) -> Path:
