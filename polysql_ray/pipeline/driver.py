@@ -260,11 +260,10 @@ def replication_fingerprint(cfg: dict) -> str:
 @ray.remote
 def _replicate_task(source: SourceDatabase, engine: str, replicas_dir: str, settings: dict | None,
                     source_settings: dict | None, types: str = "declared"):
-    from polysql_ray.replication.base import replicate
+    from polysql_ray.replication.pernode import Recipe, replicate_locked
 
-    t0 = time.perf_counter()
-    replica = replicate(source, engine, replicas_dir, settings=settings, source_settings=source_settings,
-                        types=types)
+    t0 = time.perf_counter()  # under the node's build lock: an actor may rebuild it there too
+    replica = replicate_locked(Recipe(source, engine, replicas_dir, types), settings, source_settings)
     return replica, time.perf_counter() - t0
 
 
@@ -364,6 +363,7 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
     ObjectRefs and small metadata, never result sets.
     """
     from polysql_ray.pipeline.actors import ExecutionActor, score_batch
+    from polysql_ray.replication.pernode import recipes_for
 
     pcfg = cfg["pipeline"]
     exec_bs, score_bs = int(pcfg["exec_batch_size"]), int(pcfg["score_batch_size"])
@@ -390,6 +390,8 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
 
     engines = sorted(queues)
     actors: dict[str, list] = {}
+    recipes = recipes_for(requests, items, os.path.abspath(cfg["replication"]["dir"]),
+                          cfg["replication"].get("types", "declared"))
     for engine in engines:
         ecfg = (cfg.get("engines") or {}).get(engine) or {}
         n = max(1, int(ecfg.get("actors", 1)))
@@ -399,8 +401,10 @@ def execute_and_score(items: list[WorkItem], requests: dict[str, ExecRequest], c
                                                  num_gpus=float(ecfg.get("num_gpus", 0) or 0),
                                                  resources=dict(ecfg.get("resources") or {}),
                                                  max_restarts=-1, max_task_retries=ACTOR_TASK_RETRIES)
-        actors[engine] = [cls.remote(engine, _engine_settings(cfg, engine), limits,
-                                     float(pcfg.get("unavailable_retry_s", 120)))
+        settings = _engine_settings(cfg, engine)
+        if recipes.get(engine):  # embedded replicas: rebuilt on a node that lacks them
+            settings["_replica_recipes"] = recipes[engine]
+        actors[engine] = [cls.remote(engine, settings, limits, float(pcfg.get("unavailable_retry_s", 120)))
                           for _ in range(n)]
     _check_fits(cfg, engines)
     max_exec = int(pcfg["max_inflight_exec"])
