@@ -160,6 +160,32 @@ def test_unreachable_bucket_is_one_store_error(s3):
         ResultsStore("s3://no-such-bucket-here/x")
 
 
+def test_endpoint_from_the_environment_or_from_config(s3, monkeypatch):
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    by_env = ResultsStore(f"s3://{BUCKET}/opts", {"s3": {"region": "us-east-1"}})
+    by_env.append(_rows("cellA", range(3)))
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    by_config = ResultsStore(f"s3://{BUCKET}/opts", {"s3": {"endpoint_override": endpoint, "region": "us-east-1"}})
+    assert by_config.existing_keys() == {score_key("cellA", str(i)) for i in range(3)}
+
+
+def test_leaderboard_job_reads_s3_as_it_reads_a_local_store(s3, tmp_path):
+    from polysql_ray.statistics.synthetic import random_store
+
+    local = tmp_path / "local"
+    random_store(local, n_questions=40)
+    remote = ResultsStore(f"s3://{BUCKET}/board")
+    for f in sorted((local / "scores").rglob("*.parquet")):  # the same objects, byte for byte
+        remote.write_bytes(f"scores/{f.relative_to(local / 'scores').as_posix()}", f.read_bytes())
+    outs = []
+    for where, name in ((remote.uri, "from_s3"), (str(local), "from_local")):
+        job = _job("jobs.leaderboard", f"results_dir={where}", f"out={tmp_path / name}", "figures=false")
+        assert job.returncode == 0, job.stderr
+        outs.append(json.loads((tmp_path / name / "leaderboard.json").read_text()))
+    assert (tmp_path / "from_s3" / "leaderboard.csv").read_text() == (tmp_path / "from_local" / "leaderboard.csv").read_text()
+    assert outs[0]["store_sha256"] == outs[1]["store_sha256"] and outs[0]["tables"] == outs[1]["tables"]
+
+
 def _job(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

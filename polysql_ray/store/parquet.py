@@ -202,6 +202,9 @@ def open_location(results_dir: str | os.PathLike, options: Mapping | None = None
     try:
         if scheme in _S3:
             kw = _clean(opts.get("s3"))
+            env_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+            if kw and env_endpoint:  # the constructor, unlike from_uri, does not read it
+                kw.setdefault("endpoint_override", env_endpoint)
             endpoint = str(kw.get("endpoint_override", ""))
             if "://" in endpoint:
                 kw.setdefault("scheme", endpoint.split("://", 1)[0])
