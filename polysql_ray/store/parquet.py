@@ -224,12 +224,20 @@ def open_location(results_dir: str | os.PathLike, options: Mapping | None = None
     return StoreLocation(fs, rest, f"{scheme}://{rest}", False)
 
 
+def list_infos(loc: StoreLocation, folder: str, suffix: str = ".parquet",
+               recursive: bool = True) -> list[pafs.FileInfo]:
+    """``FileInfo`` (path, size) of the files under ``folder`` whose names end with ``suffix``,
+    sorted by path (none when the folder does not exist). One listing: on S3, one LIST request
+    per 1,000 objects, no request per file."""
+    sel = pafs.FileSelector(folder, recursive=recursive, allow_not_found=True)
+    return sorted((i for i in loc.fs.get_file_info(sel) if i.type == pafs.FileType.File and i.path.endswith(suffix)),
+                  key=lambda i: i.path)
+
+
 def list_files(loc: StoreLocation, folder: str, suffix: str = ".parquet", recursive: bool = True) -> list[str]:
     """Sorted paths of the files under ``folder`` whose names end with ``suffix`` (none when
     the folder does not exist)."""
-    sel = pafs.FileSelector(folder, recursive=recursive, allow_not_found=True)
-    return sorted(i.path for i in loc.fs.get_file_info(sel)
-                  if i.type == pafs.FileType.File and i.path.endswith(suffix))
+    return [i.path for i in list_infos(loc, folder, suffix, recursive)]
 
 
 def exists(loc: StoreLocation, path: str) -> bool:
@@ -447,19 +455,19 @@ class ResultsStore:
     # -- reading --------------------------------------------------------------------------
     def files(self) -> list[PartPath]:
         """All readable score part files, sorted by path. Damaged ones are quarantined."""
-        return [self.location.out(p) for p in self._readable(list_files(self.location, self._scores))]
+        return [self.location.out(p) for p in self._readable(list_infos(self.location, self._scores))]
 
     def unavailable_files(self) -> list[PartPath]:
         """All readable part files of ``unavailable/`` rows."""
-        paths = list_files(self.location, self._unavailable, recursive=False)
-        return [self.location.out(p) for p in self._readable(paths)]
+        infos = list_infos(self.location, self._unavailable, recursive=False)
+        return [self.location.out(p) for p in self._readable(infos)]
 
-    def _readable(self, paths: list[str]) -> list[str]:
+    def _readable(self, infos: list[pafs.FileInfo]) -> list[str]:
+        """Paths of the listed parts whose footer reads (each (path, size) checked once per
+        instance: a rewritten or truncated part changes size and is checked again)."""
         ok = []
-        infos = self.location.fs.get_file_info(paths) if paths else []
-        for p, info in zip(paths, infos):
-            if info.type == pafs.FileType.NotFound:
-                continue  # removed since the listing (a concurrent compaction)
+        for info in infos:
+            p = info.path
             if self._checked.get(p) == info.size:
                 ok.append(p)
                 continue
@@ -467,7 +475,7 @@ class ResultsStore:
             if problem is None:
                 self._checked[p] = info.size
                 ok.append(p)
-            else:
+            elif problem != "vanished":  # vanished: removed since the listing (a compaction)
                 self.quarantine(p, problem)
         return ok
 
