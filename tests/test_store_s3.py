@@ -16,11 +16,12 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from polysql_ray.store.parquet import BufferedWriter, ResultsStore, StoreError, list_files, score_key
+from polysql_ray.store.parquet import BufferedWriter, ResultsStore, StoreError, score_key
 from polysql_ray.store.schema import SCORE_SCHEMA
 from tests.standins import moto_server
 
@@ -160,6 +161,22 @@ def test_unreachable_bucket_is_one_store_error(s3):
         ResultsStore("s3://no-such-bucket-here/x")
 
 
+def test_generations_store_on_s3_appends_and_looks_up(s3):
+    from polysql_ray.generation.base import GenStatus, Prediction
+    from polysql_ray.store.generations import GenerationsStore, generation_key
+
+    store = GenerationsStore(f"s3://{BUCKET}/gens")
+    preds = [Prediction(f"q{i}", f"SELECT {i}", prompt_sha256=f"sha{i}") for i in range(4)]
+    path = store.append("tiny", "fp1", "quickstart", "sqlite", "11", preds)
+    assert path.startswith(f"{BUCKET}/gens/generations/tiny/part-") and store.files("tiny") == [path]
+    failed = [Prediction("q9", "", status=GenStatus.ERROR, error="server down", prompt_sha256="sha9")]
+    store.append("tiny", "fp1", "quickstart", "sqlite", "11", failed)
+    found = store.lookup("tiny", [generation_key("fp1", f"sha{i}") for i in (0, 3, 9)])
+    assert {k: p.pred_sql for k, p in found.items()} == {generation_key("fp1", "sha0"): "SELECT 0",
+                                                         generation_key("fp1", "sha3"): "SELECT 3"}
+    assert store.count("tiny") == 5  # the error row stays for the audit, and is retried
+
+
 def test_endpoint_from_the_environment_or_from_config(s3, monkeypatch):
     endpoint = os.environ["AWS_ENDPOINT_URL"]
     by_env = ResultsStore(f"s3://{BUCKET}/opts", {"s3": {"region": "us-east-1"}})
@@ -222,9 +239,14 @@ def test_quickstart_sweep_on_s3_matches_a_local_store(s3, ray_session, tmp_path,
     gold_sqlite = [r for r in table.to_pylist() if r["model"] == "gold" and r["dialect"] == "sqlite"]
     assert [(r["n"], r["correct"]) for r in gold_sqlite] == [(34, 34)]
 
-    stats2, table2 = run(cfg, loader, text)  # rerun: nothing new, nothing appended
-    assert stats2.items_scored == 0 and stats2.items_skipped == PLANNED
-    assert table2.to_pylist() == table.to_pylist() and _objects(s3, "sweep/scores") == parts
+    # rerun through the command line: nothing new, nothing appended, the EX table CSV on S3
+    rerun = _job("polysql_ray", "+sweep=quickstart", f"results_dir={uri}", "progress=false")
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"predictions {PLANNED}: scored 0, already stored {PLANNED}" in rerun.stdout
+    assert _objects(s3, "sweep/scores") == parts
+    csv_rows = pacsv.read_csv(pa.py_buffer(store.read_bytes("ex_table.csv"))).to_pylist()
+    assert [(r["model"], r["dialect"], r["n"], r["correct"]) for r in csv_rows] == \
+        [(r["model"], r["dialect"], r["n"], r["correct"]) for r in table.to_pylist()]
 
     # the end-of-run EX table and the statistics job read the store back from S3
     assert ex_table(uri).to_pylist() == table.to_pylist()
@@ -239,7 +261,7 @@ def test_quickstart_sweep_on_s3_matches_a_local_store(s3, ray_session, tmp_path,
     assert len(st["store_sha256"]) == 64
 
     # a crashed writer's leftovers: a retried batch written twice (newer copy), then the job
-    rows = store.read().slice(0, 10)
+    rows = pq.read_table(parts[0], filesystem=s3).slice(0, 10)  # ten rows of that part's cell
     later = rows.set_column(rows.schema.get_field_index("scored_at"), "scored_at",
                             pa.array([dt.datetime.now(dt.timezone.utc)] * 10, pa.timestamp("us", tz="UTC")))
     dup = f"{parts[0].rsplit('/', 1)[0]}/part-zz-retried.parquet"
