@@ -24,6 +24,7 @@ import pytest
 from polysql_ray.store.parquet import BufferedWriter, ResultsStore, StoreError, score_key
 from polysql_ray.store.schema import SCORE_SCHEMA
 from tests.standins import moto_server
+from tests.store_helpers import second_writer_order
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKET = "polysql-test"
@@ -106,26 +107,10 @@ def test_lease_refuses_a_second_writer_and_lapses_when_its_driver_is_gone(s3):
 
 
 def test_a_second_writer_waits_for_the_lease_to_be_released(s3, capsys):
-    import threading
-    import time
-
     opts = {"lease_s": 10, "lease_settle_s": 0.1}
     first, second = ResultsStore(f"s3://{BUCKET}/wait", opts), ResultsStore(f"s3://{BUCKET}/wait", opts)
-    order = []
-    with first.lock("run-1"):
-        def other():
-            with second.lock("run-2"):
-                order.append(("second", second.read_lease()["run_id"]))
-
-        t = threading.Thread(target=other)
-        t.start()
-        for _ in range(200):  # until the waiter has said it waits (no timing assertion)
-            if "waiting for it to finish" in capsys.readouterr().err:
-                break
-            time.sleep(0.05)
-        order.append(("first done", first.read_lease()["run_id"]))
-    t.join()
-    assert order == [("first done", "run-1"), ("second", "run-2")]
+    assert second_writer_order(first, second, capsys) == ["first done", "second"]
+    assert first.read_lease() is None
 
 
 def test_compaction_and_a_crash_in_the_middle_of_it(s3):
