@@ -10,7 +10,6 @@ Examples::
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 import hydra
@@ -23,16 +22,18 @@ def _run(cfg: DictConfig) -> int:
     from rich.console import Console
 
     from polysql_ray.pipeline.driver import run
-    from polysql_ray.pipeline.summary import render, write_csv
+    from polysql_ray.pipeline.summary import csv_bytes, render
+    from polysql_ray.store.parquet import ResultsStore
 
     console = Console() if sys.stdout.isatty() else Console(width=200)
     plain = to_plain(cfg)
     stats, table = run(plain, make_conf_loader(plain), redacted_yaml(cfg), console=Console(stderr=True))
     name = (plain.get("sweep") or {}).get("name") or "single"
     render(table, console, title=f"Execution accuracy (EX, %) — {name}")
-    root = os.path.abspath(plain["results_dir"])
-    csv_path = write_csv(table, os.path.join(root, "ex_table.csv"))
-    write_csv(table, os.path.join(root, "runs", stats.run_id, "ex_table.csv"))
+    store = ResultsStore(plain["results_dir"], plain.get("store"))
+    root = store.uri  # a local folder or s3://bucket/prefix
+    csv_path = store.write_bytes("ex_table.csv", csv_bytes(table))
+    store.write_bytes(f"runs/{stats.run_id}/ex_table.csv", csv_bytes(table))
     engine_s = sum(stats.engine_s.values())
     console.print(
         f"cells {stats.cells} | predictions {stats.items_total}: scored {stats.items_scored}, "
@@ -54,7 +55,8 @@ def _run(cfg: DictConfig) -> int:
                       f"running (gold results shared across models and dialects)")
     for line in stage_lines(stats):
         console.print(f"stage {line}", highlight=False, markup=False)
-    console.print(f"store: {root}/scores/**/*.parquet  EX table: {csv_path}  run: {root}/runs/{stats.run_id}")
+    console.print(f"store: {root}/scores/**/*.parquet  EX table: {store.location.display(str(csv_path))}  "
+                  f"run: {root}/runs/{stats.run_id}")
     if stats.crashed or stats.actor_failures:
         console.print(f"execution actors: {stats.actor_failures} batches resubmitted after an actor "
                       f"died; {stats.crashed} statements isolated for killing their engine process")

@@ -7,6 +7,8 @@ in ``<repo>/.venv-bqemulator`` (``POLYSQL_BQEMULATOR_VENV``); it insists on down
 spatial extension at start (no network here), so :data:`BQEMULATOR_LAUNCH` starts it with that
 step replaced by a no-op (GEOGRAPHY is then unavailable; no benchmark uses it). Without the venv the calling tests
 skip with the command that creates it, or fail when ``POLYSQL_REQUIRE_STANDINS=1`` (CI).
+moto (an S3-protocol server, stand-in for object storage under the results store) lives in
+``<repo>/.venv-moto`` (``POLYSQL_MOTO_VENV``) and runs as ``moto_server`` on loopback.
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ STANDINS = {
                  "'fakesnow[server]==0.12.*' 'snowflake-connector-python==4.8.*'"),
     "bqemulator": ("POLYSQL_BQEMULATOR_VENV", REPO / ".venv-bqemulator", "python",
                    "python3 -m venv .venv-bqemulator && .venv-bqemulator/bin/pip install 'bqemulator==1.4.*' numpy"),
+    "moto": ("POLYSQL_MOTO_VENV", REPO / ".venv-moto", "moto_server",
+             "python3 -m venv .venv-moto && .venv-moto/bin/pip install 'moto[s3]==5.2.*' flask flask-cors"),
 }
 
 #: Python run by the bqemulator venv: skip the spatial-extension download, then the CLI.
@@ -70,16 +74,29 @@ def bqemulator_server(wait_s: float = 120.0):
                    "--project", "polysql", "--log-level", "error"], port, "bqemulator", wait_s)
 
 
+def moto_server(wait_s: float = 60.0):
+    """Start ``moto_server`` (in-memory S3 protocol) on a free loopback port; yields ``(host, port)``."""
+    port = free_port()
+    # moto logs every request on stderr: into a file, so that a full pipe never stalls it
+    return _serve([str(standin_executable("moto")), "-H", "127.0.0.1", "-p", str(port)], port, "moto", wait_s,
+                  log_to_file=True)
+
+
 @contextlib.contextmanager
-def _serve(argv: list[str], port: int, name: str, wait_s: float):
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def _serve(argv: list[str], port: int, name: str, wait_s: float, log_to_file: bool = False):
+    import tempfile
+
+    log = tempfile.TemporaryFile() if log_to_file else None
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log or subprocess.PIPE)
     try:
         deadline = time.monotonic() + wait_s
         while True:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
                 break
             if proc.poll() is not None or time.monotonic() > deadline:
-                err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+                if log is not None:
+                    log.seek(0)
+                err = (log or proc.stderr).read().decode(errors="replace")[-2000:]
                 pytest.fail(f"{name} did not start on 127.0.0.1:{port}: {err}", pytrace=False)
             time.sleep(0.2)
         yield "127.0.0.1", port
@@ -89,3 +106,5 @@ def _serve(argv: list[str], port: int, name: str, wait_s: float):
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        if log is not None:
+            log.close()

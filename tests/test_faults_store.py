@@ -3,8 +3,6 @@ compaction, quarantine of damaged parts, unavailable rows kept apart, bad input 
 from __future__ import annotations
 
 import datetime as dt
-import threading
-import time
 
 import duckdb
 import pyarrow as pa
@@ -13,6 +11,7 @@ import pytest
 
 from polysql_ray.store.parquet import BufferedWriter, ResultsStore, StoreError, dedup, score_key
 from polysql_ray.store.schema import SCORE_SCHEMA
+from tests.store_helpers import second_writer_order
 
 
 def _rows(cell: str, ids, verdict: str = "pass", when: dt.datetime | None = None) -> pa.Table:
@@ -35,25 +34,11 @@ def _raw(store: ResultsStore) -> tuple[int, int]:
 
 def test_second_writer_waits_for_the_first(tmp_path, capsys):
     first, second = ResultsStore(tmp_path), ResultsStore(tmp_path)
-    order = []
     with first.lock("run-1"):
         with pytest.raises(StoreError, match="run run-1"):
             with second.lock("run-2", wait=False):
                 pass
-
-        def other():
-            with second.lock("run-2"):
-                order.append("second")
-
-        t = threading.Thread(target=other)
-        t.start()
-        for _ in range(100):  # until the waiter has said it waits (no timing assertion)
-            if "waiting for it to finish" in capsys.readouterr().err:
-                break
-            time.sleep(0.05)
-        order.append("first done")
-    t.join()
-    assert order == ["first done", "second"]
+    assert second_writer_order(first, second, capsys) == ["first done", "second"]
 
 
 def test_per_batch_commit_then_compaction_keeps_one_row_per_key(tmp_path):

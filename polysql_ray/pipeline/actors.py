@@ -33,6 +33,10 @@ class ExecutionActor:
 
     Fault injection (tests only): ``settings["_fault_exit_on"] = SQL`` makes the actor's
     process exit abruptly when asked to run exactly that text, as an engine crash would.
+
+    Replicas per node: ``settings["_replica_recipes"] = {location: Recipe}`` (from
+    :func:`polysql_ray.replication.pernode.recipes_for`) lets the actor rebuild an embedded
+    replica its node lacks before running SQL on it; a failed rebuild is ``UNAVAILABLE``.
     """
 
     #: Backoff between retries of an unavailable server: first wait, cap (seconds).
@@ -43,6 +47,8 @@ class ExecutionActor:
 
         settings = dict(settings)
         self._fault_exit_on = settings.pop("_fault_exit_on", None)
+        self._recipes = settings.pop("_replica_recipes", None) or {}
+        self._ready: set[str] = set()  # replica locations found or rebuilt on this node
         self.engine = make_engine(engine, **settings)
         self.limits = Limits(**limits)
         self.retry_s = float(retry_s) if getattr(self.engine, "transient_unavailable", False) else 0.0
@@ -54,6 +60,13 @@ class ExecutionActor:
             import os
 
             os._exit(134)  # as if the engine had crashed the process (SIGABRT-like status)
+        if location in self._recipes and location not in self._ready:
+            from polysql_ray.replication.pernode import ensure_replica
+
+            problem = ensure_replica(location, self._recipes[location])
+            if problem is not None:
+                return ExecutionResult.failure(ExecStatus.UNAVAILABLE, problem)
+            self._ready.add(location)
         try:
             return self.limits.enforce(self.engine.execute(location, sql, self.limits))
         except Exception as exc:  # an engine bug must not kill the batch: keep it visible

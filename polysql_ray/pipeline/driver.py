@@ -371,11 +371,10 @@ def replication_fingerprint(cfg: dict) -> str:
 @ray.remote
 def _replicate_task(source: SourceDatabase, engine: str, replicas_dir: str, settings: dict | None,
                     source_settings: dict | None, types: str = "declared"):
-    from polysql_ray.replication.base import replicate
+    from polysql_ray.replication.pernode import Recipe, replicate_locked
 
-    t0 = time.perf_counter()
-    replica = replicate(source, engine, replicas_dir, settings=settings, source_settings=source_settings,
-                        types=types)
+    t0 = time.perf_counter()  # under the node's build lock: an actor may rebuild it there too
+    replica = replicate_locked(Recipe(source, engine, replicas_dir, types), settings, source_settings)
     return replica, time.perf_counter() - t0
 
 
@@ -635,7 +634,7 @@ def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[Ru
     validate(cfg)
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     stats = RunStats(run_id=run_id)
-    store = ResultsStore(cfg["results_dir"])
+    store = ResultsStore(cfg["results_dir"], cfg.get("store"))
     with store.lock(run_id):  # one writer per results_dir: concurrent runs never double a key
         return _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_start)
 
@@ -647,6 +646,7 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
     from polysql_ray.pipeline.scheduler import Scheduler, StageClock
     from polysql_ray.pipeline.structural import StructuralJob, proves_before
     from polysql_ray.pipeline.summary import ex_table, write_run_summary
+    from polysql_ray.replication.pernode import recipes_for
     from polysql_ray.store.generations import GenerationsStore
 
     clock = StageClock()
@@ -658,7 +658,7 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
     grid = build_grid(cfg, conf_loader)
     stats.cells = len(grid.cells)
     store.write_run(run_id, run_manifest(cfg, grid, grid.policy), config_yaml)
-    gen_stage = GenerationStage(GenerationsStore(cfg["results_dir"]))
+    gen_stage = GenerationStage(GenerationsStore(cfg["results_dir"], cfg.get("store")))
     stats.generation = gen_stage.stats
     if any(m.get("generator") == "vllm" for m in grid.models):
         init_ray(cfg)  # vLLM actor pools live on the cluster the driver joins
@@ -682,10 +682,22 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
                 locations = replicate(grid, cells, cfg, progress, stats, clock)
                 stats.stage_s["replicate"] = time.perf_counter() - t0
                 planner = Planner(grid, locations, stats.failed_replicas)
+                # embedded replicas: an execution actor rebuilds a copy its node lacks
+                recipes = recipes_for([(src, eng, loc) for (ds, db, eng), loc in locations.items()
+                                       for src in grid.sources[ds] if src.db_id == db],
+                                      os.path.abspath(cfg["replication"]["dir"]),
+                                      cfg["replication"].get("types", "declared"))
+
+                def engine_settings(c: dict, engine: str) -> dict:
+                    settings = _engine_settings(c, engine)
+                    if recipes.get(engine):
+                        settings["_replica_recipes"] = recipes[engine]
+                    return settings
+
                 warnings = MalformedWarnings()
                 t0 = time.perf_counter()
                 with Scheduler(cfg, store, progress, stats, run_id, grid.policy, clock,
-                               engine_settings=_engine_settings) as sched:
+                               engine_settings=engine_settings) as sched:
                     for cell in cells:
                         # while the model generates this cell, earlier cells keep executing and scoring
                         preds = feed.predictions(cell, timeout=0)

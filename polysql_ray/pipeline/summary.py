@@ -58,13 +58,13 @@ def _pct(k: int, n: int) -> float | None:
     return round(100.0 * k / n, 2) if n else None
 
 
-def _cells_in(path: Path) -> set[str] | None:
+def _cells_in(path, filesystem=None) -> set[str] | None:
     """The ``cell_key`` values of a part file from its footer's row-group statistics (min ==
     max per row group), or None when the footer cannot tell (then the file is always read)."""
     import pyarrow.parquet as pq
 
     try:
-        meta = pq.read_metadata(path)
+        meta = pq.read_metadata(str(path), filesystem=filesystem)
         idx = meta.schema.to_arrow_schema().get_field_index("cell_key")
         if idx < 0:
             return None
@@ -83,23 +83,22 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
     """EX table (Arrow, columns of :data:`COLUMNS`) over the stored rows of the given cells.
 
     Args:
-        store: the results store (or its folder).
+        store: the results store (or its folder or object-store URI).
         cell_keys: restrict to these cells (all cells when None).
 
     Returns:
         One row per cell, sorted by dataset, model, level, dialect; empty when nothing is stored.
     """
-    root = store.root if isinstance(store, ResultsStore) else Path(store)
     if cell_keys is not None and not cell_keys:
         return _SCHEMA.empty_table()
     import tempfile
 
     import duckdb
 
-    from polysql_ray.statistics.load import store_files
+    from polysql_ray.statistics.load import store_files, store_location
 
     try:
-        files = store_files(root)
+        files = store_files(store)
     except FileNotFoundError:
         return _SCHEMA.empty_table()
     # only the counted columns, a few cells per query and a memory cap with spilling: the table
@@ -109,7 +108,7 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
     groups = ([None] if cell_keys is None else
               [cell_keys[i:i + EX_TABLE_CELLS] for i in range(0, len(cell_keys), EX_TABLE_CELLS)])
     rows = []
-    cells_in = {f: _cells_in(f) for f in files} if cell_keys is not None else {}
+    cells_in = {f: _cells_in(f, store_location(store).fs) for f in files} if cell_keys is not None else {}
     con = duckdb.connect(config={"memory_limit": EX_TABLE_MEMORY, "threads": 1,
                                  "temp_directory": tempfile.gettempdir() + "/polysql-duckdb-spill"})
     try:
@@ -118,7 +117,7 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
             want = set(group or ())
             part = [f for f in files if group is None or cells_in[f] is None or cells_in[f] & want]
             if part:
-                load_scores(root, con=con, cell_keys=group, columns=EX_COLUMNS, files=part)
+                load_scores(store, con=con, cell_keys=group, columns=EX_COLUMNS, files=part)
                 rows.extend(_stats_ex_table(con, CELL, ci_method=None))  # no CI shown: skip statsmodels
     finally:
         con.close()
@@ -135,6 +134,13 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
         })
     out.sort(key=lambda r: (r["dataset"], r["model"], r["instruction_level"], r["dialect"]))
     return pa.Table.from_pylist(out, schema=_SCHEMA)
+
+
+def csv_bytes(table: pa.Table) -> bytes:
+    """The EX table as CSV bytes (header row, comma-separated), for any store filesystem."""
+    sink = pa.BufferOutputStream()
+    pacsv.write_csv(table, sink)
+    return sink.getvalue().to_pybytes()
 
 
 def write_csv(table: pa.Table, path: str | Path) -> Path:
@@ -204,7 +210,5 @@ def write_run_summary(store: ResultsStore, stats) -> Path:
         "wall_s": round(stats.wall_s, 3), "stage_s": {k: round(v, 3) for k, v in stats.stage_s.items()},
         "stages": stats.clock.as_dict() if getattr(stats, "clock", None) is not None else {},
     }
-    path = Path(store.root) / "runs" / stats.run_id / "summary.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    return path
+    return store.write_bytes(f"runs/{stats.run_id}/summary.json",
+                             (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())

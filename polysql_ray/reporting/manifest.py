@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from polysql_ray.statistics.load import store_files
+from polysql_ray.statistics.load import store_files, store_location
 
 #: Distributions whose versions are recorded.
 PACKAGES = ("polysql_ray", "duckdb", "pyarrow", "numpy", "scipy", "statsmodels", "matplotlib",
@@ -17,17 +17,26 @@ PACKAGES = ("polysql_ray", "duckdb", "pyarrow", "numpy", "scipy", "statsmodels",
 def store_sha256(results_dir: str | Path) -> str:
     """sha256 over the store's Parquet files in sorted order of their names.
 
-    For each file: its path relative to ``<results_dir>/scores`` (POSIX), a NUL byte, its size
-    in decimal, a NUL byte, then its bytes. Independent of where the store is mounted.
+    For each file: its path relative to ``<results_dir>/scores`` (POSIX; ``../unavailable/...``
+    for pending rows), a NUL byte, its size in decimal, a NUL byte, then its bytes. Independent
+    of where the store is mounted (a local folder or ``s3://bucket/prefix``).
 
     Raises:
         FileNotFoundError: no Parquet file in the store.
     """
-    root = Path(results_dir) / "scores"
+    from polysql_ray.store.parquet import read_bytes
+
+    loc = store_location(results_dir)
+    base = loc.base.rstrip("/") + "/"
+
+    def relative(f: str) -> str:
+        r = f[len(base):]
+        return r[len("scores/"):] if r.startswith("scores/") else "../" + r
+
     h = hashlib.sha256()
-    for f in sorted(store_files(results_dir), key=lambda p: p.relative_to(root).as_posix()):
-        data = f.read_bytes()
-        h.update(f.relative_to(root).as_posix().encode() + b"\0" + str(len(data)).encode() + b"\0")
+    for rel, f in sorted((relative(str(f)), str(f)) for f in store_files(results_dir)):
+        data = read_bytes(loc, f)
+        h.update(rel.encode() + b"\0" + str(len(data)).encode() + b"\0")
         h.update(data)
     return h.hexdigest()
 
@@ -74,7 +83,7 @@ def build_manifest(results_dir: str | Path, store_hash: str, policy_versions: li
     """
     return {
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "results_dir": str(Path(results_dir).resolve()),
+        "results_dir": store_location(results_dir).uri,
         "store_sha256": store_hash,
         "store_files": len(store_files(results_dir)),
         "policy_versions": sorted(policy_versions),

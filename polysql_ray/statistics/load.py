@@ -3,7 +3,9 @@
 The store is ``<results_dir>/scores/**/*.parquet`` with rows of
 :data:`polysql_ray.store.schema.SCORE_SCHEMA` (one row per scored prediction). Files are read
 with ``read_parquet([...], union_by_name=true)`` so files written by older schema versions
-(missing columns) still load.
+(missing columns) still load. ``results_dir`` may also be an object-store URI
+(``s3://bucket/prefix``): the files are then read through pyarrow's filesystem (same rows,
+same deduplication; see :func:`store_location`).
 
 Deduplication. A rerun or a rescoring may store the same prediction twice. We keep, per
 *analysis key* ``(model, dataset, dialect, instruction_level, question_id)``, the row with
@@ -75,31 +77,68 @@ def sql_list(values: tuple[str, ...] | list[str]) -> str:
     return "(" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in values) + ")"
 
 
-def store_files(results_dir: str | Path) -> list[Path]:
+def store_location(results_dir):
+    """The opened store root of ``results_dir``: a :class:`~polysql_ray.store.parquet.ResultsStore`
+    (its own location and settings), a local folder, or an object-store URI (``s3://bucket/prefix``,
+    endpoint and credentials from the environment: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID`` ...).
+    Returns a :class:`~polysql_ray.store.parquet.StoreLocation`."""
+    from polysql_ray.store.parquet import ResultsStore, open_location
+
+    if isinstance(results_dir, ResultsStore):
+        return results_dir.location
+    return open_location(results_dir)
+
+
+def store_files(results_dir) -> list:
     """Sorted readable Parquet files of the store: ``<results_dir>/scores/**`` and the pending
     ``<results_dir>/unavailable/`` rows (verdict ``unavailable``: counted apart, never in EX; a
     scored row of the same key always wins in :func:`load_scores`). A damaged file (truncated,
     not Parquet) is skipped with a one-line warning.
+
+    Args:
+        results_dir: a local folder, an object-store URI or a ``ResultsStore`` (:func:`store_location`).
+
+    Returns:
+        ``Path`` objects for a local store; filesystem paths (``bucket/prefix/scores/...``) for
+        an object store.
 
     Raises:
         FileNotFoundError: no readable Parquet file in either folder.
     """
     import sys
 
-    from polysql_ray.store.parquet import damaged_part
+    from polysql_ray.store.parquet import damaged_part, list_files
 
-    root = Path(results_dir) / "scores"
-    files = sorted(p for p in root.rglob("*.parquet") if p.is_file()) if root.is_dir() else []
-    pending = Path(results_dir) / "unavailable"
-    if pending.is_dir():
-        files += sorted(p for p in pending.glob("*.parquet") if p.is_file())
-    for bad in [p for p in files if damaged_part(p) is not None]:
-        print(f"polysql_ray: warning: skipping damaged part file {bad} ({damaged_part(bad)}); "
-              f"the next run quarantines it and rescores its rows", file=sys.stderr)
+    loc = store_location(results_dir)
+    root = loc.join("scores")
+    files = list_files(loc, root) + list_files(loc, loc.join("unavailable"), recursive=False)
+    for bad in [p for p in files if damaged_part(p, loc.fs) is not None]:
+        print(f"polysql_ray: warning: skipping damaged part file {loc.display(bad)} "
+              f"({damaged_part(bad, loc.fs)}); the next run quarantines it and rescores its rows",
+              file=sys.stderr)
         files.remove(bad)
     if not files:
-        raise FileNotFoundError(f"no score files under {root}/**/*.parquet")
-    return files
+        raise FileNotFoundError(f"no score files under {loc.display(root)}/**/*.parquet")
+    return [loc.out(p) for p in files]
+
+
+def _raw_source(con: duckdb.DuckDBPyConnection, loc, files: list) -> str:
+    """A DuckDB relation text over the part files, with a ``filename`` column: DuckDB's own
+    ``read_parquet`` for a local store; for an object store, the files read through the
+    store's pyarrow filesystem (DuckDB's httpfs extension is not needed) and registered as
+    one Arrow table (memory: the rows read, after the ``WHERE`` of the caller)."""
+    if loc.local:
+        file_list = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
+        return f"read_parquet({file_list}, union_by_name=true, filename=true)"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = []
+    for f in files:
+        t = pq.read_table(str(f), filesystem=loc.fs)
+        tables.append(t.append_column("filename", pa.array([loc.display(str(f))] * t.num_rows, pa.string())))
+    con.register("_store_parts", pa.concat_tables(tables, promote_options="permissive"))
+    return "_store_parts"
 
 
 @dataclass(frozen=True)
@@ -138,7 +177,8 @@ def load_scores(
     """Create the deduplicated temp table ``scores`` in a DuckDB connection.
 
     Args:
-        results_dir: the results directory (the store lives in its ``scores/`` folder).
+        results_dir: the results directory (the store lives in its ``scores/`` folder): a
+            local folder, an object-store URI or a ``ResultsStore`` (:func:`store_location`).
         con: connection to use; a new in-memory one when None.
         policy_version: keep only rows scored under this comparison policy version.
         counting: the counting policy that defines the derived columns.
@@ -161,9 +201,9 @@ def load_scores(
     Raises:
         FileNotFoundError: the store has no Parquet file.
     """
+    loc = store_location(results_dir)
     files = store_files(results_dir) if files is None else files
     con = con or duckdb.connect()
-    file_list = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
     conds = []
     if policy_version is not None:
         conds.append("policy_version = " + sql_list([policy_version])[1:-1])
@@ -181,8 +221,10 @@ def load_scores(
         select = ", ".join(f'"{c}"' for c in need)
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE raw_scores AS "
-        f"SELECT {select} FROM read_parquet({file_list}, union_by_name=true, filename=true) {where}"
+        f"SELECT {select} FROM {_raw_source(con, loc, files)} {where}"
     )
+    if not loc.local:
+        con.unregister("_store_parts")
     key = ", ".join(ANALYSIS_KEY)
     con.execute(
         f"""
@@ -227,10 +269,15 @@ def dataset_index(results_dir: str | Path) -> tuple[dict, dict]:
 
     from polysql_ray.datasets.registry import load_dataset
 
+    from polysql_ray.store.parquet import list_files, read_bytes
+
+    loc = store_location(results_dir)
     configs: dict[str, dict] = {}
-    for mf in sorted((Path(results_dir) / "runs").glob("*/manifest.json")):
+    manifests = [m for m in list_files(loc, loc.join("runs"), suffix="/manifest.json")
+                 if m.count("/") == loc.join("runs").count("/") + 2]  # runs/<run_id>/manifest.json
+    for mf in manifests:
         try:
-            cfg = json.loads(mf.read_text(encoding="utf-8")).get("config") or {}
+            cfg = json.loads(read_bytes(loc, mf).decode("utf-8")).get("config") or {}
         except (OSError, ValueError):
             continue
         sweep_ds = (cfg.get("sweep") or {}).get("datasets") or []

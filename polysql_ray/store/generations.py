@@ -2,7 +2,7 @@
 
 Layout under ``results_dir``::
 
-    generations/<model>/part-<utc>-<uuid8>.parquet
+    generations/<model>/part-<utc>-<hash16>.parquet
 
 One row per generated prediction (:data:`GENERATION_SCHEMA`). The key is
 ``stable_hash(generator fingerprint, prompt sha256)`` (:func:`generation_key`): the fingerprint
@@ -12,9 +12,12 @@ rendered messages (:attr:`polysql_ray.generation.prompts.RenderedPrompt.sha256`)
 prompt sent to the same generator is therefore generated once, whatever dataset, cell or
 comparison policy asks for it.
 
-Files are only ever added (write to a temporary name, then rename, as
-:class:`polysql_ray.store.parquet.ResultsStore`): a crash loses at most the part being written.
-Read everything with DuckDB:
+``results_dir`` is a local folder or an object-store URI (``s3://bucket/prefix``), opened as
+:class:`polysql_ray.store.parquet.ResultsStore` opens it. Files are only ever added, each
+committed whole (locally a temporary name then a rename; on an object store one PUT of the
+final object), under a deterministic name ``part-<utc>-<hash16>`` (creation time, then a hash
+of it and the batch's keys), so a retried write of the same batch replaces it: a crash loses at most the part being
+written. Read local parts with DuckDB:
 ``SELECT * FROM read_parquet('<results_dir>/generations/**/*.parquet')``.
 Replay and gold generators never use this store (their predictions are files already).
 """
@@ -22,8 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import uuid
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Iterable, Sequence
 
 import pyarrow as pa
@@ -31,7 +33,8 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from polysql_ray.generation.base import GenStatus, Prediction
-from polysql_ray.store.parquet import _safe, stable_hash
+from polysql_ray.store.parquet import (PartPath, StoreError, _safe, list_files, open_location, stable_hash,
+                                       write_parquet)
 
 #: Row schema of the generations store.
 GENERATION_SCHEMA = pa.schema([
@@ -68,43 +71,49 @@ class GenerationsStore:
     """Append-only Parquet store of generations, one folder per model.
 
     Args:
-        results_dir: the run's results folder; generations go to ``<results_dir>/generations``
-            (created when missing).
+        results_dir: the run's results folder or object-store URI; generations go to
+            ``<results_dir>/generations`` (a local folder is created when missing).
+        options: the ``store`` config mapping (see :func:`polysql_ray.store.parquet.open_location`).
 
-    Errors: ``OSError`` when the folder cannot be created or written (message names the path).
+    Errors: ``OSError`` (a :class:`~polysql_ray.store.parquet.StoreError`) when the store cannot
+    be opened or the folder created (message names the path).
     """
 
-    def __init__(self, results_dir: str | os.PathLike) -> None:
-        self.root = Path(results_dir).expanduser().resolve()
-        self.dir = self.root / "generations"
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OSError(f"cannot create generations folder {self.dir}: {exc}; "
-                          "set results_dir=<writable folder>") from exc
+    def __init__(self, results_dir: str | os.PathLike, options: Mapping | None = None) -> None:
+        self.location = loc = open_location(results_dir, options)
+        self._dir = loc.join("generations")
+        self.root = loc.out(loc.base)
+        self.dir = loc.out(self._dir)
+        if loc.local:
+            try:
+                os.makedirs(self._dir, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create generations folder {self._dir}: {exc}; "
+                                 "set results_dir=<writable folder>") from exc
 
-    def model_dir(self, model: str) -> Path:
+    def model_dir(self, model: str) -> PartPath:
         """``<results_dir>/generations/<model>`` (model name made filesystem-safe)."""
-        return self.dir / _safe(model)
+        return self.location.out(f"{self._dir}/{_safe(model)}")
 
-    def files(self, model: str | None = None) -> list[Path]:
+    def files(self, model: str | None = None) -> list[PartPath]:
         """Part files of one model (or of all models), sorted by path."""
-        base = self.dir if model is None else self.model_dir(model)
-        return sorted(base.rglob("*.parquet")) if base.exists() else []
+        base = self._dir if model is None else f"{self._dir}/{_safe(model)}"
+        return [self.location.out(p) for p in list_files(self.location, base)]
 
     def read(self, model: str | None = None, keys: Iterable[str] | None = None) -> pa.Table:
         """Stored rows in write order (oldest first), optionally restricted to keys."""
         files = self.files(model)
         if not files:
             return GENERATION_SCHEMA.empty_table()
-        ds = pads.dataset([str(f) for f in files], format="parquet", schema=GENERATION_SCHEMA)
+        ds = pads.dataset([str(f) for f in files], format="parquet", schema=GENERATION_SCHEMA,
+                          filesystem=self.location.fs)
         flt = pads.field("key").isin(list(set(keys))) if keys is not None else None
         return ds.to_table(filter=flt)
 
     def count(self, model: str | None = None) -> int:
         """Number of stored rows (every attempt, retried errors included)."""
         files = self.files(model)
-        return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+        return sum(pq.read_metadata(str(f), filesystem=self.location.fs).num_rows for f in files)
 
     def lookup(self, model: str, keys: Iterable[str]) -> dict[str, Prediction]:
         """Stored generations by key: ``{key: Prediction}`` for the keys found.
@@ -131,7 +140,7 @@ class GenerationsStore:
         return found
 
     def append(self, model: str, generator_fingerprint: str, dataset: str, dialect: str,
-               instruction_level: str, predictions: Sequence[Prediction]) -> Path | None:
+               instruction_level: str, predictions: Sequence[Prediction]) -> PartPath | None:
         """Write one part file with a row per prediction (each must carry ``prompt_sha256``).
 
         Returns the part's path (None when ``predictions`` is empty).
@@ -154,10 +163,8 @@ class GenerationsStore:
             "completion_tokens": int(p.completion_tokens), "latency_s": float(p.latency_s),
             "created_at": now,
         } for p in predictions]
-        folder = self.model_dir(model)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"part-{now.strftime('%Y%m%dT%H%M%S%f')}-{uuid.uuid4().hex[:8]}.parquet"
-        tmp = path.with_suffix(".tmp")
-        pq.write_table(pa.Table.from_pylist(rows, schema=GENERATION_SCHEMA), tmp, compression="zstd")
-        os.replace(tmp, path)
-        return path
+        stamp = now.strftime("%Y%m%dT%H%M%S%f")
+        digest = stable_hash("gen-part-v1", stamp, sorted(r["key"] for r in rows), n=16)
+        path = f"{self._dir}/{_safe(model)}/part-{stamp}-{digest}.parquet"
+        write_parquet(self.location, path, pa.Table.from_pylist(rows, schema=GENERATION_SCHEMA))
+        return self.location.out(path)

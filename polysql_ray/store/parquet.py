@@ -1,44 +1,71 @@
-"""The keyed, append-only, resumable Parquet results store.
+"""The keyed, append-only, resumable Parquet results store, on any pyarrow filesystem.
 
-Layout under ``results_dir``::
+``results_dir`` is a local folder (``results``, ``/data/results``) or an object-store URI
+(``s3://bucket/prefix``, ``gs://bucket/prefix``), opened with :mod:`pyarrow.fs`
+(:func:`open_location`). Layout under it::
 
-    scores/<dataset>/<model>/<dialect>-L<instruction_level>-<cell8>/part-<utc>-<uuid8>.parquet
+    scores/<dataset>/<model>/<dialect>-L<instruction_level>-<cell8>/part-<run_id>-<hash16>.parquet
     runs/<run_id>/manifest.json        composed config, package versions, git SHA, cells
     runs/<run_id>/config.yaml
     ex_table.csv                       the EX table of the latest run (also copied into runs/<run_id>/)
 
-    unavailable/part-<utc>-<uuid8>.parquet   rows that could not run (server down ...): not scores
+    unavailable/part-<run_id>-<hash16>.parquet   rows that could not run (server down ...): not scores
     quarantine/...                     damaged part files moved aside (their keys are rescored)
-    .lock                              held (``flock``) by the run writing into this results_dir
+    .lock                              local: held (``flock``) by the run writing here;
+                                       object store: the writer's lease (JSON, renewed)
 
 Rows follow :data:`polysql_ray.store.schema.SCORE_SCHEMA`.
 
+Part names are deterministic: ``part-<run_id>-<hash16>`` where ``hash16`` hashes the run id
+and the sorted keys of the rows (:func:`part_name`), so writing the same batch again (a retried
+write) replaces the part instead of doubling it. Compacted parts are ``part-<run_id>-c<hash16>``.
+
 Exactly once (what every reader sees holds at most one row per key):
 
-* **One writer at a time.** A run holds an exclusive ``flock`` on ``<results_dir>/.lock`` from
-  planning to its last write (:meth:`ResultsStore.lock`); a second run into the same folder
-  waits, then plans against what the first stored, so it never scores a stored key again.
-  (``flock`` is local to one machine: on a multi-node cluster only the driver writes.)
-* **Commit by rename.** Each scored batch is written as it arrives, to a temporary name then
-  renamed: ``kill -9`` loses at most the batch being written, never leaves half a file.
-* **Compaction** at the end of a run merges each cell folder's parts into one file; a journal
-  (``scores/.compact-*.json``) written before the merged file appears lets the next run finish
-  a compaction that a crash interrupted, so a superseded part never outlives one crash.
-* **Dedup on read** (:meth:`ResultsStore.read`: newest ``scored_at`` per key) as the last line.
+* **One writer at a time.** A run holds the writer lock from planning to its last write
+  (:meth:`ResultsStore.lock`); a second run into the same store waits, then plans against
+  what the first stored, so it never scores a stored key again. On a local folder the lock is
+  an exclusive ``flock`` on ``<results_dir>/.lock`` (released by the kernel when the process
+  dies; local to one machine: on a multi-node cluster only the driver writes). On an object
+  store there is no lock primitive: the lock is a *lease* object ``.lock`` (run id, host, pid,
+  expiry) renewed every ``lease_s / 3`` seconds; a run refuses (or waits) while another
+  unexpired lease exists, and takes over an expired one (a killed driver's lease lapses after
+  ``lease_s``). Best effort: S3 has no compare-and-swap through pyarrow, so two drivers that
+  start within the same second could both believe they hold it; after writing its lease a run
+  re-reads it after ``lease_settle_s`` and backs off if another run's lease replaced it. Only
+  the driver writes: workers never touch the store.
+* **Commit without half files.** Each scored batch is written as it arrives. Locally: to a
+  temporary name, then renamed. On an object store: serialised in memory, then sent as one
+  object under its final name (an S3/GCS PUT is atomic: a reader sees the whole object or
+  nothing; an upload that dies midway leaves no object). ``kill -9`` loses at most the batch
+  being written.
+* **Compaction** (end of a run, or ``python -m jobs.compact``) merges each cell folder's parts
+  into one file; a journal (``scores/.compact-<hash>.json``, naming the merged file and the
+  parts it replaces) is written before the merged file appears, and the next
+  :meth:`ResultsStore.lock` finishes a compaction that a crash interrupted (deletes the replaced
+  parts if the merged file exists, else drops the journal), so a superseded part never
+  outlives one crash.
+* **Dedup on read** (:meth:`ResultsStore.read`: newest ``scored_at`` per key) is the last line:
+  a raw reader between a compaction's merged write and its deletes, or a part written twice by
+  two racing leases, still gives one row per key through it.
 * A part file that cannot be read (truncated, not Parquet) is moved to ``quarantine/`` with a
   one-line warning; its keys are then missing, so the run rescores them.
 * Rows whose execution was ``unavailable`` (infrastructure trouble, not the model) live in
   ``unavailable/``, never in ``scores/``: the next run rescores them, and they leave
   ``unavailable/`` once scored.
 
-Read scores with :meth:`ResultsStore.read`, or with DuckDB over the parts:
+Object-store settings: credentials come from the SDK's usual chain (``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY`` / ``AWS_PROFILE`` / instance role; ``GOOGLE_APPLICATION_CREDENTIALS``
+for ``gs://``), the endpoint from ``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``), and any of
+them from the ``store.s3.*`` / ``store.gcs.*`` config keys (:func:`open_location`).
+
+Read scores with :meth:`ResultsStore.read`, or with DuckDB over local parts:
 ``SELECT * FROM read_parquet('<results_dir>/scores/**/*.parquet')``. No ``key=value`` folder
 names are used, so DuckDB's hive-partition detection adds no columns.
 """
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import hashlib
 import json
 import logging
@@ -46,18 +73,27 @@ import os
 import re
 import socket
 import sys
+import threading
+import time
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from polysql_ray.store.schema import SCORE_SCHEMA
 
 log = logging.getLogger("polysql_ray")
+
+#: A part file as the store returns it: a :class:`~pathlib.Path` on a local store, the
+#: filesystem path (``bucket/prefix/scores/...``, no scheme) on an object store.
+PartPath = Union[Path, str]
 
 
 def stable_hash(*parts: object, n: int = 32) -> str:
@@ -89,43 +125,256 @@ def _safe(name: str) -> str:
 
 
 class StoreError(OSError):
-    """The results folder cannot be created or written; the message names ``results_dir``."""
+    """The results store cannot be opened or written; the message names ``results_dir``."""
+
+
+# ------------------------------------------------------------------ where the store lives
+
+#: URI schemes opened as object stores (anything else with ``://`` goes to pyarrow as is).
+_S3, _GCS = ("s3",), ("gs", "gcs")
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
+
+
+def is_uri(location: str | os.PathLike) -> bool:
+    """True for ``scheme://...`` locations other than ``file://`` (object stores)."""
+    m = _URI.match(str(location))
+    return bool(m) and m.group(1).lower() != "file"
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """An opened store root.
+
+    Attributes:
+        fs: the pyarrow filesystem.
+        base: the root's path inside ``fs`` (absolute local path, or ``bucket/prefix``).
+        uri: the root as a user writes it (the local absolute path, or ``s3://bucket/prefix``).
+        local: True on the local filesystem (flock, rename commit, ``Path`` results).
+    """
+
+    fs: pafs.FileSystem
+    base: str
+    uri: str
+    local: bool
+
+    def join(self, *parts: str) -> str:
+        """``base/part/...`` (a filesystem path inside :attr:`fs`)."""
+        return "/".join([self.base.rstrip("/"), *[p.strip("/") for p in parts if p]])
+
+    def out(self, path: str) -> PartPath:
+        """How a path is handed back: a ``Path`` locally, the ``fs`` path string otherwise."""
+        return Path(path) if self.local else path
+
+    def display(self, path: str) -> str:
+        """``path`` as the user would write it (``s3://bucket/...`` on S3)."""
+        if self.local:
+            return path
+        return self.uri.split("://", 1)[0] + "://" + path
+
+
+def _clean(options: Mapping | None) -> dict:
+    return {k: v for k, v in dict(options or {}).items() if v is not None and v != ""}
+
+
+def open_location(results_dir: str | os.PathLike, options: Mapping | None = None) -> StoreLocation:
+    """Open ``results_dir`` on its pyarrow filesystem.
+
+    Args:
+        results_dir: a local folder, ``file:///...``, ``s3://bucket/prefix``, ``gs://bucket/prefix``
+            (or any URI :meth:`pyarrow.fs.FileSystem.from_uri` knows).
+        options: the ``store`` config mapping: ``s3`` (keyword arguments of
+            :class:`pyarrow.fs.S3FileSystem`: ``endpoint_override``, ``region``, ``scheme``,
+            ``access_key``/``secret_key`` (prefer env), ``anonymous`` ...) and ``gcs`` (of
+            :class:`pyarrow.fs.GcsFileSystem`). Unset keys fall back to the SDK's environment
+            (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_REGION`` ...). An
+            ``endpoint_override`` written as ``http://host:port`` also sets ``scheme=http``.
+
+    Raises:
+        StoreError: the URI cannot be opened (unknown scheme, bad option); one line.
+    """
+    text = str(results_dir)
+    m = _URI.match(text)
+    if not m or m.group(1).lower() == "file":
+        local = Path(m.group(2) if m else text).expanduser().resolve()
+        return StoreLocation(pafs.LocalFileSystem(), str(local), str(local), True)
+    scheme, rest = m.group(1).lower(), m.group(2).split("?", 1)[0].strip("/")
+    opts = dict(options or {})
+    try:
+        if scheme in _S3:
+            kw = _clean(opts.get("s3"))
+            env_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+            if kw and env_endpoint:  # the constructor, unlike from_uri, does not read it
+                kw.setdefault("endpoint_override", env_endpoint)
+            endpoint = str(kw.get("endpoint_override", ""))
+            if "://" in endpoint:
+                kw.setdefault("scheme", endpoint.split("://", 1)[0])
+                kw["endpoint_override"] = endpoint.split("://", 1)[1].rstrip("/")
+            fs = pafs.S3FileSystem(**kw) if kw else pafs.FileSystem.from_uri(text)[0]
+        elif scheme in _GCS:
+            kw = _clean(opts.get("gcs"))
+            fs = pafs.GcsFileSystem(**kw) if kw else pafs.FileSystem.from_uri(text)[0]
+        else:
+            fs, rest = pafs.FileSystem.from_uri(text)
+            rest = rest.rstrip("/")
+    except (pa.ArrowException, TypeError, ValueError, OSError) as exc:
+        raise StoreError(f"cannot open results_dir {text}: {str(exc).splitlines()[0] if str(exc) else exc}; "
+                         f"check the URI and the store.s3/store.gcs settings (README: results store)") from exc
+    if not rest:
+        raise StoreError(f"results_dir {text} names no bucket; write {scheme}://<bucket>/<prefix>")
+    return StoreLocation(fs, rest, f"{scheme}://{rest}", False)
+
+
+def list_infos(loc: StoreLocation, folder: str, suffix: str = ".parquet",
+               recursive: bool = True) -> list[pafs.FileInfo]:
+    """``FileInfo`` (path, size) of the files under ``folder`` whose names end with ``suffix``,
+    sorted by path (none when the folder does not exist). One listing: on S3, one LIST request
+    per 1,000 objects, no request per file."""
+    sel = pafs.FileSelector(folder, recursive=recursive, allow_not_found=True)
+    return sorted((i for i in loc.fs.get_file_info(sel) if i.type == pafs.FileType.File and i.path.endswith(suffix)),
+                  key=lambda i: i.path)
+
+
+def list_files(loc: StoreLocation, folder: str, suffix: str = ".parquet", recursive: bool = True) -> list[str]:
+    """Sorted paths of the files under ``folder`` whose names end with ``suffix`` (none when
+    the folder does not exist)."""
+    return [i.path for i in list_infos(loc, folder, suffix, recursive)]
+
+
+def exists(loc: StoreLocation, path: str) -> bool:
+    """True when ``path`` is a file of the store."""
+    return loc.fs.get_file_info(path).type == pafs.FileType.File
+
+
+def write_bytes(loc: StoreLocation, path: str, data: bytes) -> None:
+    """Write one file whole: locally to ``<path>.tmp`` then renamed; on an object store as one
+    PUT of the final object (atomic: readers see all of it or nothing)."""
+    if loc.local:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+        return
+    with loc.fs.open_output_stream(path) as out:
+        out.write(data)
+
+
+def read_bytes(loc: StoreLocation, path: str) -> bytes:
+    """The bytes of one file (``FileNotFoundError`` when absent)."""
+    if loc.local:
+        return Path(path).read_bytes()
+    try:
+        with loc.fs.open_input_stream(path) as src:
+            return src.read()
+    except OSError as exc:
+        if not exists(loc, path):
+            raise FileNotFoundError(f"{loc.display(path)} does not exist") from exc
+        raise
+
+
+def write_parquet(loc: StoreLocation, path: str, table: pa.Table) -> None:
+    """Write ``table`` as one Parquet file (zstd) without ever exposing half a file
+    (:func:`write_bytes`)."""
+    if loc.local:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        tmp = path[:-len(".parquet")] + ".tmp" if path.endswith(".parquet") else path + ".tmp"
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+        return
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    write_bytes(loc, path, sink.getvalue().to_pybytes())
+
+
+def delete(loc: StoreLocation, path: str) -> None:
+    """Delete one file; absent is fine."""
+    with contextlib.suppress(FileNotFoundError):
+        loc.fs.delete_file(path)
+
+
+def part_name(rows: pa.Table, tag: str = "") -> str:
+    """Deterministic part file name ``part-<run_id>-<tag><hash16>.parquet``: the hash covers the
+    run id and the sorted ``key`` column, so the same rows written again get the same name
+    (a retried write replaces, never doubles). ``run_id`` is the newest of the rows
+    (``norun`` when absent); run ids start with a UTC stamp, so names sort by run."""
+    runs = [r for r in pc.unique(rows.column("run_id")).to_pylist() if r] if "run_id" in rows.column_names else []
+    run = _safe(max(runs)) if runs else "norun"
+    keys = sorted(rows.column("key").to_pylist())
+    return f"part-{run}-{tag}{stable_hash('part-v1', run, keys, n=16)}.parquet"
+
+
+def _parent(path: str) -> str:
+    return path.rsplit("/", 1)[0]
 
 
 class ResultsStore:
     """Append-only Parquet store of score rows (exactly-once rules in the module docstring).
 
     Args:
-        results_dir: root folder; created when missing.
+        results_dir: root folder (created when missing) or object-store URI (the bucket must
+            exist).
+        options: the ``store`` config mapping (:func:`open_location`; ``lease_s``,
+            ``lease_settle_s`` for the object-store lease).
 
-    Errors: :class:`StoreError` when the folder cannot be created or written (message names
-    the path and what to set).
+    Attributes:
+        location: the opened :class:`StoreLocation`.
+        root: a ``Path`` for a local store, the URI string (``s3://bucket/prefix``) otherwise;
+            ``scores_dir``, ``unavailable_dir``, ``quarantine_dir`` likewise.
+        quarantined: part files moved to ``quarantine/`` by this instance.
+
+    Errors: :class:`StoreError` when the store cannot be opened, created or written (message
+    names the location and what to set).
     """
 
-    def __init__(self, results_dir: str | os.PathLike) -> None:
-        self.root = Path(results_dir).expanduser().resolve()
-        self.scores_dir = self.root / "scores"
-        self.unavailable_dir = self.root / "unavailable"
-        self.quarantine_dir = self.root / "quarantine"
+    def __init__(self, results_dir: str | os.PathLike, options: Mapping | None = None) -> None:
+        self.options = dict(options or {})
+        self.location = loc = open_location(results_dir, self.options)
+        self._scores, self._unavailable = loc.join("scores"), loc.join("unavailable")
+        self._quarantine = loc.join("quarantine")
+        if loc.local:
+            self.root = Path(loc.base)
+            self.scores_dir, self.unavailable_dir = Path(self._scores), Path(self._unavailable)
+            self.quarantine_dir = Path(self._quarantine)
+        else:
+            self.root = loc.uri
+            self.scores_dir, self.unavailable_dir = loc.display(self._scores), loc.display(self._unavailable)
+            self.quarantine_dir = loc.display(self._quarantine)
+        probe = loc.join(f".write-probe-{uuid.uuid4().hex[:8]}")
         try:
-            self.scores_dir.mkdir(parents=True, exist_ok=True)
-            probe = self.root / f".write-probe-{uuid.uuid4().hex[:8]}"
-            probe.write_bytes(b"")
-            probe.unlink()
+            if loc.local:
+                self.scores_dir.mkdir(parents=True, exist_ok=True)
+            write_bytes(loc, probe, b"")
+            delete(loc, probe)
         except OSError as exc:
-            raise StoreError(f"cannot write to results_dir {self.root}: {exc.strerror or exc}; "
-                             f"set results_dir=<writable folder>") from exc
-        self.quarantined: list[Path] = []
+            raise StoreError(f"cannot write to results_dir {loc.uri}: "
+                             f"{getattr(exc, 'strerror', None) or str(exc).splitlines()[0]}; "
+                             f"set results_dir=<writable folder> (or s3://<bucket>/<prefix>)") from exc
+        self.quarantined: list[PartPath] = []
+        self._checked: dict[str, int] = {}  # part path -> size whose footer read fine
+
+    @property
+    def uri(self) -> str:
+        """The store root as a user writes it (absolute local path or ``s3://bucket/prefix``)."""
+        return self.location.uri
 
     # -- one writer at a time --------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, run_id: str = "", wait: bool = True) -> Iterator[None]:
-        """Hold the exclusive writer lock of this results_dir (``flock`` on ``.lock``).
+        """Hold the exclusive writer lock of this store: ``flock`` on ``.lock`` locally, a
+        renewed lease object ``.lock`` on an object store (module docstring).
 
         Waits (printing one line naming the holder) while another run holds it; with
         ``wait=False`` raises :class:`StoreError` instead. On entry finishes any compaction a
-        crash interrupted. Released on exit and by the kernel when the process dies.
+        crash interrupted. Released on exit; locally also by the kernel when the process
+        dies, on an object store when the lease expires (``store.lease_s``, default 120 s).
         """
+        ctx = self._flock(run_id, wait) if self.location.local else self._lease(run_id, wait)
+        with ctx:
+            self.recover()
+            yield
+
+    @contextlib.contextmanager
+    def _flock(self, run_id: str, wait: bool) -> Iterator[None]:
         import fcntl
 
         path = self.root / ".lock"
@@ -142,50 +391,121 @@ class ResultsStore:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"run {run_id} (pid {os.getpid()} on {socket.gethostname()})".encode(), 0)
-            self.recover()
             yield
         finally:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
             os.close(fd)  # closing the descriptor releases the flock
 
+    def read_lease(self) -> dict | None:
+        """The object-store lease as stored (``run_id``, ``host``, ``pid``, ``token``,
+        ``expires`` in epoch seconds), or None when there is none (or it is unreadable)."""
+        try:
+            return json.loads(read_bytes(self.location, self.location.join(".lock")))
+        except (OSError, ValueError):
+            return None
+
+    @contextlib.contextmanager
+    def _lease(self, run_id: str, wait: bool) -> Iterator[None]:
+        loc, path = self.location, self.location.join(".lock")
+        ttl = float(self.options.get("lease_s") or 120.0)
+        settle = float(self.options.get("lease_settle_s", 1.0))
+        mine = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(),
+                "token": uuid.uuid4().hex, "expires": 0.0}
+        announced = False
+        while True:
+            held = self.read_lease()
+            if held and held.get("token") != mine["token"] and float(held.get("expires", 0)) > time.time():
+                left = float(held["expires"]) - time.time()
+                holder = (f"run {held.get('run_id', '?')} (pid {held.get('pid', '?')} on "
+                          f"{held.get('host', '?')}, lease for {left:.0f}s more)")
+                if not wait:
+                    raise StoreError(f"results_dir {loc.uri} is being written by {holder}")
+                if not announced:
+                    print(f"polysql_ray: results_dir {loc.uri} is being written by {holder}; "
+                          f"waiting for it to finish", file=sys.stderr, flush=True)
+                    announced = True
+                time.sleep(min(5.0, max(0.2, ttl / 10)))
+                continue
+            mine["expires"] = time.time() + ttl
+            write_bytes(loc, path, json.dumps(mine).encode())
+            time.sleep(settle)  # a racing writer's PUT lands now; the last PUT wins
+            held = self.read_lease()
+            if held and held.get("token") == mine["token"]:
+                break
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(ttl / 3):
+                mine["expires"] = time.time() + ttl
+                with contextlib.suppress(Exception):
+                    write_bytes(loc, path, json.dumps(mine).encode())
+
+        renewer = threading.Thread(target=renew, name="polysql-store-lease", daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join()
+            held = self.read_lease()
+            if held and held.get("token") == mine["token"]:
+                delete(loc, path)
+
     # -- reading --------------------------------------------------------------------------
-    def files(self) -> list[Path]:
+    def files(self) -> list[PartPath]:
         """All readable score part files, sorted by path. Damaged ones are quarantined."""
-        return self._readable(sorted(self.scores_dir.rglob("*.parquet")))
+        return [self.location.out(p) for p in self._readable(list_infos(self.location, self._scores))]
 
-    def unavailable_files(self) -> list[Path]:
+    def unavailable_files(self) -> list[PartPath]:
         """All readable part files of ``unavailable/`` rows."""
-        return self._readable(sorted(self.unavailable_dir.glob("*.parquet"))) \
-            if self.unavailable_dir.is_dir() else []
+        infos = list_infos(self.location, self._unavailable, recursive=False)
+        return [self.location.out(p) for p in self._readable(infos)]
 
-    def _readable(self, paths: list[Path]) -> list[Path]:
+    def _readable(self, infos: list[pafs.FileInfo]) -> list[str]:
+        """Paths of the listed parts whose footer reads (each (path, size) checked once per
+        instance: a rewritten or truncated part changes size and is checked again)."""
         ok = []
-        for p in paths:
-            problem = damaged_part(p)
-            if problem is None:
+        for info in infos:
+            p = info.path
+            if self._checked.get(p) == info.size:
                 ok.append(p)
-            else:
+                continue
+            problem = damaged_part(p, self.location.fs)
+            if problem is None:
+                self._checked[p] = info.size
+                ok.append(p)
+            elif problem != "vanished":  # vanished: removed since the listing (a compaction)
                 self.quarantine(p, problem)
         return ok
 
-    def quarantine(self, path: Path, problem: str) -> Path | None:
+    def quarantine(self, path: PartPath, problem: str) -> PartPath | None:
         """Move a damaged part file to ``quarantine/`` (one-line warning). Its keys are then
         missing from the store, so the next planning pass rescores them."""
-        dest = self.quarantine_dir / path.relative_to(self.root)
+        loc, src = self.location, str(path)
+        rel = src[len(loc.base):].lstrip("/")
+        dest = loc.join("quarantine", rel)
         try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, dest)
+            if loc.local:
+                Path(dest).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src, dest)
+            else:
+                loc.fs.move(src, dest)
         except FileNotFoundError:
             return None  # another reader moved it first
         except OSError as exc:
-            print(f"polysql_ray: warning: damaged part file {path} ({problem}) could not be moved "
-                  f"to {self.quarantine_dir}: {exc.strerror or exc}; it is skipped", file=sys.stderr)
+            print(f"polysql_ray: warning: damaged part file {loc.display(src)} ({problem}) could not be "
+                  f"moved to {self.quarantine_dir}: {getattr(exc, 'strerror', None) or exc}; it is skipped",
+                  file=sys.stderr)
             return None
-        print(f"polysql_ray: warning: damaged part file {path} ({problem}) moved to {dest}; "
-              f"its rows will be rescored", file=sys.stderr)
-        self.quarantined.append(dest)
-        return dest
+        print(f"polysql_ray: warning: damaged part file {loc.display(src)} ({problem}) moved to "
+              f"{loc.display(dest)}; its rows will be rescored", file=sys.stderr)
+        self.quarantined.append(loc.out(dest))
+        return loc.out(dest)
+
+    def _dataset(self, files: list[PartPath], schema: pa.Schema | None = None) -> pads.Dataset:
+        return pads.dataset([str(f) for f in files], format="parquet", schema=schema,
+                            filesystem=self.location.fs)
 
     def existing_keys(self, cell_keys: Iterable[str] | None = None) -> set[str]:
         """Keys already scored (``scores/`` only: ``unavailable`` rows are pending work),
@@ -193,77 +513,86 @@ class ResultsStore:
         files = self.files()
         if not files:
             return set()
-        ds = pads.dataset([str(f) for f in files], format="parquet")
         flt = None
         if cell_keys is not None:
             cells = list(set(cell_keys))
             if not cells:
                 return set()
             flt = pads.field("cell_key").isin(cells)
-        table = ds.to_table(columns=["key"], filter=flt)
+        table = self._dataset(files).to_table(columns=["key"], filter=flt)
         return set(table.column("key").to_pylist())
 
     def read(self, columns: list[str] | None = None, cell_keys: Iterable[str] | None = None,
              unavailable: bool = False) -> pa.Table:
         """Stored rows, one per key (the newest ``scored_at``), optionally restricted to cells.
 
+        Only ``columns`` (plus ``key`` and ``scored_at``, which deduplication needs) are read
+        from the files, so an aggregate over a few columns reads a fraction of the store.
         With ``unavailable=True`` the ``unavailable/`` rows of keys not scored yet are included
         (verdict ``unavailable``), so a summary can count what is left.
         """
-        table = self._read_files(self.files(), cell_keys)
+        wanted = None if columns is None else list(dict.fromkeys([*columns, "key", "scored_at"]))
+        table = self._read_files(self.files(), cell_keys, wanted)
         if unavailable:
-            extra = self._read_files(self.unavailable_files(), cell_keys)
+            extra = self._read_files(self.unavailable_files(), cell_keys, wanted)
             if extra.num_rows and table.num_rows:
                 scored = pa.array(list(set(table.column("key").to_pylist())), pa.string())
                 extra = extra.filter(pc.invert(pc.is_in(extra.column("key"), value_set=scored)))
             table = pa.concat_tables([table, extra]).sort_by([("key", "ascending")])
         return table.select(columns) if columns else table
 
-    @staticmethod
-    def _read_files(files: list[Path], cell_keys) -> pa.Table:
+    def _read_files(self, files: list[PartPath], cell_keys, columns: list[str] | None = None) -> pa.Table:
         if not files:
-            return SCORE_SCHEMA.empty_table()
-        ds = pads.dataset([str(f) for f in files], format="parquet", schema=SCORE_SCHEMA)
+            schema = SCORE_SCHEMA if columns is None else pa.schema([SCORE_SCHEMA.field(c) for c in columns])
+            return schema.empty_table()
         flt = pads.field("cell_key").isin(list(set(cell_keys))) if cell_keys is not None else None
-        table = ds.to_table(filter=flt)
+        table = self._dataset(files, SCORE_SCHEMA).to_table(columns=columns, filter=flt)
         return dedup(table)
 
     # -- writing --------------------------------------------------------------------------
-    def append(self, rows: pa.Table) -> list[Path]:
+    def append(self, rows: pa.Table) -> list[PartPath]:
         """Write rows (SCORE_SCHEMA) as new part files, one per cell. Returns the paths.
 
-        Each file is written to a temporary name and renamed, so a crash never leaves a
-        half-written part that a later read would trip on. Rows with verdict ``unavailable``
-        go to ``unavailable/`` instead (see the module docstring).
+        Each part is committed whole (module docstring) under its deterministic name
+        (:func:`part_name`). Rows with verdict ``unavailable`` go to ``unavailable/`` instead.
         """
         rows = rows.select(SCORE_SCHEMA.names).cast(SCORE_SCHEMA)
-        out: list[Path] = []
+        out: list[PartPath] = []
         if rows.num_rows == 0:
             return out
         unav = pc.fill_null(pc.equal(rows.column("verdict"), "unavailable"), False)
         if pc.any(unav).as_py():
-            self.unavailable_dir.mkdir(parents=True, exist_ok=True)
-            out.append(self._write(rows.filter(unav), self.unavailable_dir))
+            out.append(self._write(rows.filter(unav), self._unavailable))
             rows = rows.filter(pc.invert(unav))
         for cell in sorted(set(rows.column("cell_key").to_pylist())):
             part = rows.filter(pc.equal(rows.column("cell_key"), cell))
             out.append(self._write(part, self._cell_folder(part, cell)))
         return out
 
-    def _cell_folder(self, part: pa.Table, cell: str) -> Path:
+    def _cell_folder(self, part: pa.Table, cell: str) -> str:
         first = part.slice(0, 1).to_pylist()[0]
-        return (self.scores_dir / _safe(first["dataset"]) / _safe(first["model"])
-                / f"{_safe(first['dialect'])}-L{_safe(first['instruction_level'])}-{cell[:8]}")
+        return self.location.join("scores", _safe(first["dataset"]), _safe(first["model"]),
+                                  f"{_safe(first['dialect'])}-L{_safe(first['instruction_level'])}-{cell[:8]}")
 
-    @staticmethod
-    def _write(part: pa.Table, folder: Path, tag: str = "") -> Path:
-        folder.mkdir(parents=True, exist_ok=True)
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
-        path = folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}{tag}.parquet"
-        tmp = path.with_suffix(".tmp")
-        pq.write_table(part, tmp, compression="zstd")
-        os.replace(tmp, path)
-        return path
+    def _write(self, part: pa.Table, folder: str, tag: str = "") -> PartPath:
+        path = f"{folder}/{part_name(part, tag)}"
+        write_parquet(self.location, path, part)
+        return self.location.out(path)
+
+    def write_bytes(self, relpath: str, data: bytes) -> PartPath:
+        """Write ``<results_dir>/<relpath>`` whole (rename or one PUT); returns its path."""
+        path = self.location.join(relpath)
+        try:
+            write_bytes(self.location, path, data)
+        except OSError as exc:
+            raise StoreError(f"cannot write to results_dir {self.uri}: "
+                             f"{getattr(exc, 'strerror', None) or exc}; "
+                             f"set results_dir=<writable folder> (or s3://<bucket>/<prefix>)") from exc
+        return self.location.out(path)
+
+    def read_bytes(self, relpath: str) -> bytes:
+        """The bytes of ``<results_dir>/<relpath>`` (``FileNotFoundError`` when absent)."""
+        return read_bytes(self.location, self.location.join(relpath))
 
     # -- compaction (holding the lock) -----------------------------------------------------
     def compact(self) -> int:
@@ -271,77 +600,78 @@ class ResultsStore:
         keys are now scored. Call while holding :meth:`lock`. Returns files removed.
 
         Crash safety: a journal naming the merged file and the parts it replaces is written
-        before the merged file is renamed into place; :meth:`recover` (run on every
-        :meth:`lock`) deletes the replaced parts if the merged file exists, else drops the
-        journal. Between the rename and the deletes a raw glob reader could see a row twice
-        (readers through :meth:`read` never do).
+        before the merged file is committed; :meth:`recover` (run on every :meth:`lock`)
+        deletes the replaced parts if the merged file exists, else drops the journal. Between
+        the commit and the deletes a raw glob reader could see a row twice (readers through
+        :meth:`read` never do).
         """
         removed = 0
-        folders = sorted({p.parent for p in self.files()})
-        for folder in folders:
-            parts = sorted(folder.glob("*.parquet"))
+        by_folder: dict[str, list[str]] = {}
+        for p in self.files():
+            by_folder.setdefault(_parent(str(p)), []).append(str(p))
+        for folder, parts in sorted(by_folder.items()):
             if len(parts) > 1:
                 removed += self._merge(parts, folder, dedup(self._concat(parts)))
-        unav = self.unavailable_files()
+        unav = [str(p) for p in self.unavailable_files()]
         if unav:
             rows = self._read_files(unav, None)
             if rows.num_rows:
                 scored = pa.array(list(self.existing_keys(set(rows.column("cell_key").to_pylist()))),
                                   pa.string())
                 rows = rows.filter(pc.invert(pc.is_in(rows.column("key"), value_set=scored)))
-            if len(unav) > 1 or rows.num_rows != pq.read_metadata(unav[0]).num_rows:
-                removed += self._merge(unav, self.unavailable_dir, rows)
+            if len(unav) > 1 or rows.num_rows != self._num_rows(unav[0]):
+                removed += self._merge(unav, self._unavailable, rows)
         return removed
 
-    @staticmethod
-    def _concat(parts: list[Path]) -> pa.Table:
-        return pa.concat_tables([pq.read_table(p).select(SCORE_SCHEMA.names).cast(SCORE_SCHEMA)
-                                 for p in parts])
+    def _num_rows(self, path: str) -> int:
+        return pq.read_metadata(path, filesystem=self.location.fs).num_rows
 
-    def _merge(self, parts: list[Path], folder: Path, rows: pa.Table) -> int:
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
-        merged = folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}-c.parquet"
-        journal = self.scores_dir / f".compact-{uuid.uuid4().hex}.json"
-        journal.write_text(json.dumps({"merged": str(merged) if rows.num_rows else "",
-                                       "replaces": [str(p) for p in parts]}))
+    def _concat(self, parts: list[PartPath]) -> pa.Table:
+        return pa.concat_tables([pq.read_table(str(p), filesystem=self.location.fs)
+                                 .select(SCORE_SCHEMA.names).cast(SCORE_SCHEMA) for p in parts])
+
+    def _merge(self, parts: list[str], folder: str, rows: pa.Table) -> int:
+        loc = self.location
+        merged = f"{folder}/{part_name(rows, 'c')}" if rows.num_rows else ""
+        replaces = [p for p in parts if p != merged]
+        journal = loc.join("scores", f".compact-{stable_hash('journal', merged, replaces)}.json")
+        write_bytes(loc, journal, json.dumps({"merged": merged, "replaces": replaces}).encode())
         if rows.num_rows:
-            tmp = merged.with_suffix(".tmp")
-            pq.write_table(rows, tmp, compression="zstd")
-            os.replace(tmp, merged)
-        for p in parts:
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
-        journal.unlink()
-        return len(parts)
+            write_parquet(loc, merged, rows)
+        for p in replaces:
+            delete(loc, p)
+        delete(loc, journal)
+        return len(replaces)
 
     def recover(self) -> None:
-        """Finish compactions a crash interrupted (see :meth:`compact`); remove stale ``.tmp``
-        files of crashed writers. Call while holding :meth:`lock`."""
-        for journal in self.scores_dir.glob(".compact-*.json"):
+        """Finish compactions a crash interrupted (see :meth:`compact`); locally also remove
+        stale ``.tmp`` files of crashed writers. Call while holding :meth:`lock`."""
+        loc = self.location
+        for journal in list_files(loc, self._scores, suffix=".json", recursive=False):
+            if not journal.rsplit("/", 1)[-1].startswith(".compact-"):
+                continue
             try:
-                entry = json.loads(journal.read_text())
+                entry = json.loads(read_bytes(loc, journal))
             except (OSError, ValueError):
-                journal.unlink(missing_ok=True)
+                delete(loc, journal)
                 continue
             merged = entry.get("merged") or ""
-            if not merged or Path(merged).exists():
+            if not merged or exists(loc, merged):
                 for p in entry.get("replaces", []):
-                    Path(p).unlink(missing_ok=True)
-            journal.unlink(missing_ok=True)
-        for tmp in list(self.scores_dir.rglob("*.tmp")) + list(self.unavailable_dir.glob("*.tmp")):
-            tmp.unlink(missing_ok=True)
+                    if p != merged:
+                        delete(loc, p)
+            delete(loc, journal)
+        if loc.local:
+            for folder in (self._scores, self._unavailable):
+                for tmp in list_files(loc, folder, suffix=".tmp"):
+                    delete(loc, tmp)
 
-    def write_run(self, run_id: str, manifest: dict, config_yaml: str) -> Path:
+    def write_run(self, run_id: str, manifest: dict, config_yaml: str) -> PartPath:
         """Write ``runs/<run_id>/manifest.json`` and ``config.yaml``; returns the folder."""
-        folder = self.root / "runs" / run_id
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
-            (folder / "config.yaml").write_text(config_yaml)
-        except OSError as exc:
-            raise StoreError(f"cannot write to results_dir {self.root}: {exc.strerror or exc}; "
-                             f"set results_dir=<writable folder>") from exc
-        return folder
+        self.write_bytes(f"runs/{run_id}/manifest.json",
+                         (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode())
+        self.write_bytes(f"runs/{run_id}/config.yaml", config_yaml.encode())
+        return self.location.out(self.location.join("runs", run_id))
 
 
 def storable_text(text: str | None) -> str | None:
@@ -356,15 +686,18 @@ def storable_text(text: str | None) -> str | None:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def damaged_part(path: Path) -> str | None:
+def damaged_part(path: PartPath, filesystem: pafs.FileSystem | None = None) -> str | None:
     """Why ``path`` is not a readable score part (truncated, not Parquet, wrong columns), or
-    None when its footer and schema read fine. Reads the footer only."""
+    None when its footer and schema read fine. Reads the footer only. ``filesystem``: the
+    store's (local when None)."""
     try:
-        meta = pq.read_metadata(path)
+        meta = pq.read_metadata(str(path), filesystem=filesystem)
         names = set(meta.schema.to_arrow_schema().names)
     except FileNotFoundError:
         return "vanished"
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for broken files
+        if filesystem is not None and filesystem.get_file_info(str(path)).type == pafs.FileType.NotFound:
+            return "vanished"
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else 'unreadable'}"
     if not {"key", "cell_key", "scored_at"} <= names:
         return "not a score part (no key/cell_key/scored_at columns)"
