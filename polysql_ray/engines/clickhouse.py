@@ -293,6 +293,9 @@ class ClickHouseEngine:
         join_use_nulls: see :data:`SEMANTIC_SETTINGS` (1: standard SQL outer-join NULLs).
         max_memory_usage: bytes one query may use (ClickHouse setting; over it -> RUNTIME).
         max_threads: ClickHouse threads per query (1: parallelism comes from actors).
+        host: a ClickHouse server; when set, statements run there through clickhouse-connect
+            (:mod:`~polysql_ray.engines.clickhouse_server`, which takes ``server`` settings:
+            port, user, password_env, database ...) instead of in chdb.
 
     ``location`` is a replica folder (``Replica.location``).
     """
@@ -301,11 +304,18 @@ class ClickHouseEngine:
     dialect = "clickhouse"
 
     def __init__(self, join_use_nulls: int = 1, max_memory_usage: int = 2_000_000_000,
-                 max_threads: int = 1):
+                 max_threads: int = 1, host: str | None = None, **server):
         self.semantic = {**SEMANTIC_SETTINGS, "join_use_nulls": int(join_use_nulls)}
         self.resources = {"max_memory_usage": int(max_memory_usage), "max_threads": int(max_threads)}
         self._readers: dict[tuple, object] = {}
         self._lock = threading.Lock()
+        self._server = None
+        if host:
+            from polysql_ray.engines.clickhouse_server import ClickHouseServerEngine
+
+            self._server = ClickHouseServerEngine({"host": host, **server}, {**self.semantic, **self.resources})
+        elif server:
+            raise TypeError(f"unexpected clickhouse settings {sorted(server)} (server settings need host)")
 
     def _reader(self, limits: Limits):
         import chdb
@@ -324,6 +334,8 @@ class ClickHouseEngine:
         """Run one untrusted statement read-only (see module docstring). Never raises."""
         from polysql_ray.engines.guard import check_statement
 
+        if self._server is not None:
+            return self._server.execute(location, sql, limits)
         t0 = time.perf_counter()
         verdict = check_statement(sql, self.dialect)
         if verdict.action == "empty":
@@ -363,6 +375,8 @@ class ClickHouseEngine:
 
     def close(self) -> None:
         """Close the model-SQL connections (loaded databases stay until the process exits)."""
+        if self._server is not None:
+            self._server.close()
         with self._lock:
             for con in self._readers.values():
                 try:
