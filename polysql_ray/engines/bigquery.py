@@ -11,8 +11,10 @@ Per statement (BigQuery docs "Dry run", "Control costs", REST ``jobs.query``):
    runs; over ``maximum_bytes_billed`` -> TOO_LARGE without executing;
 3. the query job runs with ``maximum_bytes_billed`` (the server refuses to bill more),
    ``job_timeout_ms`` = ``Limits.timeout_s`` (the server cancels), no query cache, the replica
-   dataset as default dataset; the client waits ``timeout_s + grace`` and cancels the job when
-   it gives up (TIMEOUT);
+   dataset as default dataset; a client-side watchdog (:mod:`~polysql_ray.engines.watchdog`)
+   bounds dry run, job and fetch together by ``timeout_s + client_grace_s`` and cancels the
+   job (its id is chosen client-side, so even a job whose insert never returned) when it
+   gives up (TIMEOUT): bqemulator enforces no job timeout and runs even dry runs;
 4. row cap from the result's ``total_rows`` before any row is fetched; rows as Arrow
    (``create_bqstorage_client=False``: REST only).
 
@@ -146,10 +148,12 @@ class BigQueryEngine:
 
     def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
         """Dry run, then run one untrusted statement with ``location`` as default dataset."""
-        from polysql_ray.engines.servers import precheck
+        from polysql_ray.engines.servers import precheck, warehouse_refusal
 
         with Stopwatch() as sw:
-            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS)
+            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS, limits=limits)
+            if refusal is None:
+                refusal = warehouse_refusal(sql, self.dialect)
         if refusal is not None:
             return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
         import concurrent.futures
@@ -157,34 +161,46 @@ class BigQueryEngine:
         from google.api_core import exceptions as gexc
         from google.cloud import bigquery
 
+        import uuid
+
+        from polysql_ray.engines.watchdog import DeadlineExceeded, call_with_deadline
+
         cap = int(self.settings["maximum_bytes_billed"])
+        job_id = f"polysql_{uuid.uuid4().hex}"
+        deadline = limits.timeout_s + float(self.settings["client_grace_s"])
         with Stopwatch() as sw:
             try:
                 client = self.client
                 default = f"{client.project}.{location}"
-                dry = client.query(sql, job_config=bigquery.QueryJobConfig(
-                    dry_run=True, use_query_cache=False, default_dataset=default))
-                self.last_dry_run_bytes = int(dry.total_bytes_processed or 0)
-                if self.last_dry_run_bytes > cap:
-                    return ExecutionResult.failure(
-                        S.TOO_LARGE, f"dry run: would process {self.last_dry_run_bytes} bytes > "
-                        f"maximum_bytes_billed={cap}", sw.now())
-                job = client.query(sql, job_config=bigquery.QueryJobConfig(
-                    use_query_cache=False, default_dataset=default, maximum_bytes_billed=cap,
-                    job_timeout_ms=int(limits.timeout_s * 1000)))
+
+                def dry_run_then_run():
+                    dry = client.query(sql, job_config=bigquery.QueryJobConfig(
+                        dry_run=True, use_query_cache=False, default_dataset=default))
+                    self.last_dry_run_bytes = int(dry.total_bytes_processed or 0)
+                    if self.last_dry_run_bytes > cap:
+                        return ExecutionResult.failure(
+                            S.TOO_LARGE, f"dry run: would process {self.last_dry_run_bytes} bytes > "
+                            f"maximum_bytes_billed={cap}", sw.now())
+                    job = client.query(sql, job_id=job_id, job_retry=None, job_config=bigquery.QueryJobConfig(
+                        use_query_cache=False, default_dataset=default, maximum_bytes_billed=cap,
+                        job_timeout_ms=int(limits.timeout_s * 1000)))
+                    rows = job.result(timeout=deadline, max_results=limits.row_cap + 1)
+                    if rows.total_rows is not None and rows.total_rows > limits.row_cap:
+                        return ExecutionResult.failure(S.TOO_LARGE, f"{rows.total_rows} rows > row cap "
+                                                       f"{limits.row_cap}", sw.now())
+                    return rows.to_arrow(create_bqstorage_client=False)
+
                 try:
-                    rows = job.result(timeout=limits.timeout_s + float(self.settings["client_grace_s"]),
-                                      max_results=limits.row_cap + 1)
-                except concurrent.futures.TimeoutError:
-                    job.cancel()
+                    out = call_with_deadline(dry_run_then_run, deadline,
+                                             on_timeout=lambda: client.cancel_job(job_id, location=client.location))
+                except (DeadlineExceeded, concurrent.futures.TimeoutError) as e:
                     return ExecutionResult.failure(
-                        S.TIMEOUT, f"client gave up after {sw.now():.1f}s and cancelled the job "
-                        f"(job_timeout_ms={int(limits.timeout_s * 1000)})", sw.now())
-                if rows.total_rows is not None and rows.total_rows > limits.row_cap:
-                    return ExecutionResult.failure(S.TOO_LARGE, f"{rows.total_rows} rows > row cap "
-                                                   f"{limits.row_cap}", sw.now())
-                table = rows.to_arrow(create_bqstorage_client=False)
-                return ExecutionResult(S.OK, table, None, sw.now())
+                        S.TIMEOUT, f"client gave up after {sw.now():.1f}s and cancelled job {job_id} "
+                        f"(job_timeout_ms={int(limits.timeout_s * 1000)} not enforced by the server; {e})",
+                        sw.now())
+                if isinstance(out, ExecutionResult):
+                    return out
+                return ExecutionResult(S.OK, out, None, sw.now())
             except gexc.GoogleAPICallError as e:
                 return ExecutionResult.failure(classify_error(e), str(e), sw.now())
             except (gexc.RetryError, OSError, ValueError) as e:

@@ -337,6 +337,9 @@ class ClickHouseEngine:
         if self._server is not None:
             return self._server.execute(location, sql, limits)
         t0 = time.perf_counter()
+        too_long = limits.refuse_length(sql)
+        if too_long is not None:
+            return too_long
         verdict = check_statement(sql, self.dialect)
         if verdict.action == "empty":
             return ExecutionResult.failure(S.EMPTY, verdict.message)

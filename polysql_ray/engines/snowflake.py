@@ -11,8 +11,11 @@ Sandbox (Snowflake docs "Parameters", "Access control"):
   when ``role`` is set; creating the role is an administrator's job, see README);
 * ``STATEMENT_TIMEOUT_IN_SECONDS`` = ``Limits.timeout_s`` as a session parameter set at
   connect time (the server cancels, error 630 -> TIMEOUT); the model cannot change it (one
-  SELECT/WITH statement only, :mod:`~polysql_ray.engines.guard`); a client-side read
-  timeout ``timeout_s + grace`` backs it up;
+  SELECT/WITH statement only, :mod:`~polysql_ray.engines.guard`); the connector's own
+  ``execute(timeout=timeout_s)`` sends an abort request, and a client-side watchdog
+  (:mod:`~polysql_ray.engines.watchdog`) gives up at ``timeout_s + client_grace_s`` (extra
+  setting, default :data:`CLIENT_GRACE_S`) with TIMEOUT and discards the connection, for a
+  server that enforces neither (fakesnow: the statement then runs on there until it ends);
 * row cap: ``fetchmany(row_cap + 1)``.
 
 Names: unquoted identifiers resolve upper case. The replica stores folded names where the
@@ -161,6 +164,7 @@ class SnowflakeEngine:
         if not isinstance(settings, ServerSettings):
             settings = ServerSettings.from_dict(settings, **DEFAULTS)
         self.settings = settings
+        self.grace_s = float(settings.extra.get("client_grace_s", CLIENT_GRACE_S))
         self._pools: dict[float, ConnectionPool] = {}
 
     def _pool(self, timeout_s: float) -> ConnectionPool:
@@ -173,13 +177,19 @@ class SnowflakeEngine:
 
     def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
         """Run one untrusted statement in schema ``location``. Never raises."""
-        from polysql_ray.engines.servers import precheck
+        from polysql_ray.engines.servers import precheck, warehouse_refusal
 
         with Stopwatch() as sw:
-            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS)
+            refusal, sql = precheck(sql, self.dialect, DENIED_FUNCTIONS, limits=limits)
+            if refusal is None:
+                refusal = warehouse_refusal(sql, self.dialect)
         if refusal is not None:
             return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
+        import math
+
         import snowflake.connector.errors as sfe
+
+        from polysql_ray.engines.watchdog import DeadlineExceeded, call_with_deadline
 
         with Stopwatch() as sw:
             try:
@@ -190,8 +200,15 @@ class SnowflakeEngine:
                     except sfe.Error as e:
                         return ExecutionResult.failure(S.UNAVAILABLE, f"replica schema {location!r}: {e}", sw.now())
                     try:
-                        cur.execute(sql)
-                        rows = cur.fetchmany(limits.row_cap + 1)
+                        rows = call_with_deadline(
+                            lambda: cur.execute(sql, timeout=max(1, math.ceil(limits.timeout_s)))
+                            .fetchmany(limits.row_cap + 1), limits.timeout_s + self.grace_s)
+                    except DeadlineExceeded as e:
+                        lease.discard()
+                        return ExecutionResult.failure(
+                            S.TIMEOUT, f"client watchdog gave up after {sw.now():.1f}s ({e}; "
+                            f"STATEMENT_TIMEOUT_IN_SECONDS={limits.timeout_s:g} not enforced by the server)",
+                            sw.now())
                     except sfe.OperationalError as e:
                         lease.discard()
                         if sw.now() >= limits.timeout_s and e.errno == 250003:
