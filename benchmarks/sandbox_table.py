@@ -12,8 +12,9 @@ prints two statuses per engine:
   ``timeout_s + GRACE_S`` s), on a separate replica, so it shows what the stand-in (or chdb's
   ``readonly=1`` session) enforces by itself. ``RAN`` = it executed and returned rows,
   ``WROTE`` = the replica's content fingerprint changed (later cases run on the changed copy), ``NO-TIMEOUT`` = it was still running at the deadline (abandoned; a stand-in keeps
-  running it until it ends), ``FILE`` = a file appeared under /tmp, ``HANG`` = the stand-in
-  answered nothing afterwards (it is restarted for the next case).
+  running it until it ends), ``FILE`` = a file appeared under /tmp, ``HANG`` = the checksum
+  query failed afterwards (the stand-in stopped answering, or the attack dropped the table); the
+  stand-in and its replica are then started afresh for the next case.
 
 Then it lists, per stand-in, the attack classes it does not enforce alone. Needs the Spider data
 and the stand-in venvs (``.venv-fakesnow``, ``.venv-bqemulator``; see ``tests/standins.py``).
