@@ -123,6 +123,7 @@ DENIED_FUNCTIONS: frozenset[str] = frozenset({
     "file", "filesystemavailable", "filesystemcapacity", "filesystemunreserved",
     "getserversetting", "getmacro", "getoskernelversion", "hostname", "fullhostname",
     "getclienthttpheader", "getserverport",
+    "sqlite",  # table function: refused by readonly=1, but opening it first creates an empty file
 })
 
 #: Word sequences (upper case) refused anywhere in the statement: INTO OUTFILE writes a file.
