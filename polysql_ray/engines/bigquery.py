@@ -192,7 +192,8 @@ class BigQueryEngine:
 
                 try:
                     out = call_with_deadline(dry_run_then_run, deadline,
-                                             on_timeout=lambda: client.cancel_job(job_id, location=client.location))
+                                             on_timeout=lambda: client.cancel_job(job_id, location=client.location,
+                                                                               timeout=5))
                 except (DeadlineExceeded, concurrent.futures.TimeoutError) as e:
                     return ExecutionResult.failure(
                         S.TIMEOUT, f"client gave up after {sw.now():.1f}s and cancelled job {job_id} "

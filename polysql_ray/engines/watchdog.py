@@ -23,11 +23,12 @@ class DeadlineExceeded(Exception):
 
 
 def call_with_deadline(fn: Callable[[], Any], seconds: float,
-                       on_timeout: Callable[[], Any] | None = None) -> Any:
+                       on_timeout: Callable[[], Any] | None = None, cancel_wait_s: float = 5.0) -> Any:
     """``fn()``'s return value, or its exception re-raised, if it returns within ``seconds``.
 
-    Raises :class:`DeadlineExceeded` otherwise, after calling ``on_timeout()`` (best effort:
-    its own exceptions are swallowed, e.g. a cancel request the server does not know).
+    Raises :class:`DeadlineExceeded` otherwise, after starting ``on_timeout()`` in its own
+    daemon thread and waiting at most ``cancel_wait_s`` for it (best effort: its exceptions are
+    swallowed, and a cancel request to a server that stopped answering cannot block the caller).
     """
     box: dict[str, Any] = {}
     done = threading.Event()
@@ -43,10 +44,15 @@ def call_with_deadline(fn: Callable[[], Any], seconds: float,
     threading.Thread(target=target, name="polysql-deadline", daemon=True).start()
     if not done.wait(seconds):
         if on_timeout is not None:
-            try:
-                on_timeout()
-            except Exception:
-                pass
+            def cancel() -> None:
+                try:
+                    on_timeout()
+                except Exception:
+                    pass
+
+            canceller = threading.Thread(target=cancel, name="polysql-cancel", daemon=True)
+            canceller.start()
+            canceller.join(cancel_wait_s)
         raise DeadlineExceeded(seconds)
     if "error" in box:
         raise box["error"]
