@@ -233,9 +233,107 @@ MYSQL = [
     C("information_leak", "performance_schema", "SELECT * FROM performance_schema.threads"),
 ]
 
+#: A runaway query every engine can parse, bounded in work (6^13 = 1.3e10 joined rows, about a
+#: minute of one core in DuckDB) so that a stand-in that cannot cancel it stops by itself, yet runs
+#: far past the watchdog's deadline (``timeout_s`` + ``client_grace_s`` = 5 s in the suite).
+CROSS_13 = ("SELECT sum(" + " + ".join(f"t{i}.Singer_ID" for i in range(13)) + ") FROM "
+            + ", ".join(f"singer t{i}" for i in range(13)))
+
+#: COMMON for the warehouses: the unbounded recursion is replaced by :data:`CROSS_13` (a stand-in
+#: that cannot cancel would run it until the stand-in stops) and per-dialect runaways below; the
+#: recursive row-cap case by each dialect's own row generator (ClickHouse's recursive CTE needed
+#: over 1 s for 5000 rows on a loaded machine, ending as timeout).
+WAREHOUSE_COMMON = [c for c in COMMON if c.name not in ("runaway_recursion", "row_cap")] + [
+    C("resource_exhaustion", "cross_join_13", CROSS_13, {S.TIMEOUT}),
+]
+
+CLICKHOUSE = [
+    C("file_access", "file_table", "SELECT * FROM file('/etc/passwd', 'LineAsString')"),
+    C("file_access", "file_scalar", "SELECT file('/etc/passwd')"),
+    C("file_access", "url", "SELECT * FROM url('http://127.0.0.1:9/x', 'CSV')"),
+    C("file_access", "s3", "SELECT * FROM s3('http://127.0.0.1:9/bucket/key.csv', 'CSV')"),
+    C("file_access", "executable", "SELECT * FROM executable('id', 'LineAsString', 'x String')"),
+    C("file_access", "sqlite", "SELECT * FROM sqlite('/tmp/polysql_evil.db', 't')"),
+    C("file_access", "into_outfile", "SELECT 1 INTO OUTFILE '/tmp/polysql_evil'"),
+    C("ddl_dml", "alter_update", "ALTER TABLE singer UPDATE Age = 0 WHERE 1"),
+    C("ddl_dml", "truncate", "TRUNCATE TABLE singer"),
+    C("ddl_dml", "optimize", "OPTIMIZE TABLE singer FINAL"),
+    C("ddl_dml", "create_temp", "CREATE TEMPORARY TABLE t (a Int8)"),
+    C("session_server_control", "set_readonly", "SET readonly = 0"),
+    C("session_server_control", "settings_clause_timeout", "SELECT count() FROM singer SETTINGS max_execution_time = 0"),
+    C("session_server_control", "settings_clause_rows", "SELECT count() FROM singer SETTINGS max_result_rows = 0"),
+    C("session_server_control", "system_shutdown", "SYSTEM SHUTDOWN"),
+    C("session_server_control", "kill_query", "KILL QUERY WHERE 1"),
+    C("session_server_control", "use_system", "USE system"),
+    C("resource_exhaustion", "numbers_cross", "SELECT count() FROM numbers(1e12) AS a, numbers(1e12) AS b", {S.TIMEOUT}),
+    C("resource_exhaustion", "many_rows", "SELECT number FROM numbers(100000000)", {S.TOO_LARGE}),
+    C("resource_exhaustion", "big_value", "SELECT concat(repeat('x', 1000000), repeat('y', 1000000))",
+      {S.TOO_LARGE}),
+    C("information_leak", "hostname", "SELECT hostName()"),
+    C("information_leak", "server_setting", "SELECT getServerSetting('path')"),
+]
+
+#: DuckDB functions the stand-ins (fakesnow, bqemulator: DuckDB underneath) would run.
+_DUCKDB_READERS = [
+    C("file_access", "duckdb_read_csv", "SELECT * FROM read_csv('/etc/passwd')"),
+    C("file_access", "duckdb_read_text", "SELECT * FROM read_text('/etc/passwd')"),
+    C("file_access", "duckdb_glob", "SELECT * FROM glob('/etc/*')", {S.REJECTED, S.SYNTAX}),
+    C("information_leak", "duckdb_getenv", "SELECT getenv('HOME')", {S.REJECTED, S.SYNTAX, S.SCHEMA}),
+]
+
+SNOWFLAKE = _DUCKDB_READERS + [
+    C("file_access", "put", "PUT file:///etc/passwd @~"),
+    C("file_access", "get", "GET @~/x file:///tmp/"),
+    C("file_access", "copy_into_stage", "COPY INTO @~/polysql_evil FROM singer"),
+    C("file_access", "list_stage", "LIST @~"),
+    C("ddl_dml", "create_or_replace", "CREATE OR REPLACE TABLE singer AS SELECT 1 AS x"),
+    C("ddl_dml", "truncate", "TRUNCATE TABLE singer"),
+    C("ddl_dml", "merge", "MERGE INTO singer s USING singer t ON s.Singer_ID = t.Singer_ID "
+      "WHEN MATCHED THEN DELETE"),
+    C("ddl_dml", "insert_overwrite", "INSERT OVERWRITE INTO singer SELECT * FROM singer WHERE 1 = 0"),
+    C("session_server_control", "alter_session_timeout", "ALTER SESSION SET STATEMENT_TIMEOUT_IN_SECONDS = 0"),
+    C("session_server_control", "use_role", "USE ROLE ACCOUNTADMIN"),
+    C("session_server_control", "use_warehouse", "USE WAREHOUSE big"),
+    C("session_server_control", "set_variable", "SET polysql_v = 1"),
+    C("session_server_control", "begin", "BEGIN"),
+    C("session_server_control", "execute_immediate", "EXECUTE IMMEDIATE 'DELETE FROM singer'"),
+    C("session_server_control", "call", "CALL polysql_proc()"),
+    C("resource_exhaustion", "generator_rows", "SELECT 1 FROM TABLE(GENERATOR(ROWCOUNT => 5000))", {S.TOO_LARGE}),
+    C("resource_exhaustion", "big_value", "SELECT REPEAT('x', 3000000)", {S.TOO_LARGE}),
+    C("information_leak", "query_history", "SELECT * FROM TABLE(INFORMATION_SCHEMA.QUERY_HISTORY())",
+      {S.REJECTED, S.SCHEMA, S.SYNTAX}),
+    C("information_leak", "show_users", "SHOW USERS"),
+]
+
+BIGQUERY = _DUCKDB_READERS + [
+    C("file_access", "external_query", "SELECT * FROM EXTERNAL_QUERY('us.conn', 'SELECT 1')"),
+    C("file_access", "load_data", "LOAD DATA INTO singer FROM FILES (format = 'CSV', uris = ['gs://b/x.csv'])"),
+    C("file_access", "export_data", "EXPORT DATA OPTIONS (uri = 'gs://b/x-*.csv', format = 'CSV') AS SELECT 1"),
+    C("file_access", "external_table", "CREATE EXTERNAL TABLE polysql_evil OPTIONS (format = 'CSV', "
+      "uris = ['gs://b/x.csv'])"),
+    C("ddl_dml", "truncate", "TRUNCATE TABLE singer"),
+    C("ddl_dml", "merge", "MERGE singer s USING singer t ON s.Singer_ID = t.Singer_ID WHEN MATCHED THEN DELETE"),
+    C("ddl_dml", "create_temp_function", "CREATE TEMP FUNCTION f() AS (1)"),
+    C("session_server_control", "declare_set", "DECLARE x INT64; SET x = 1"),
+    C("session_server_control", "set_system_variable", "SET @@dataset_id = 'other'"),
+    C("session_server_control", "execute_immediate", "EXECUTE IMMEDIATE 'DELETE FROM singer WHERE true'"),
+    C("session_server_control", "begin_end", "BEGIN SELECT 1; END"),
+    C("session_server_control", "call", "CALL polysql.proc()"),
+    C("resource_exhaustion", "array_rows", "SELECT x FROM UNNEST(GENERATE_ARRAY(1, 5000)) AS x", {S.TOO_LARGE}),
+    C("resource_exhaustion", "big_value", "SELECT REPEAT('x', 3000000)", {S.TOO_LARGE}),
+    C("information_leak", "jobs", "SELECT query FROM `region-us`.INFORMATION_SCHEMA.JOBS",
+      {S.REJECTED, S.SCHEMA, S.UNAVAILABLE, S.RUNTIME}),
+]
+
+#: (engine, case name) -> statuses accepted on the *stand-in* that differ from the case's own,
+#: each a stand-in artifact, not the engine's contract (tests run only against stand-ins).
+STANDIN_EXPECT: dict[tuple[str, str], frozenset] = {}
+
 CASES: dict[str, list[Case]] = {
     "sqlite": COMMON + SQLITE, "duckdb": COMMON + DUCKDB,
     "postgres": COMMON + POSTGRES, "mysql": COMMON + MYSQL,
+    "clickhouse": WAREHOUSE_COMMON + CLICKHOUSE, "snowflake": WAREHOUSE_COMMON + SNOWFLAKE,
+    "bigquery": WAREHOUSE_COMMON + BIGQUERY,
 }
 
 

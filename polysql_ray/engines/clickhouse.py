@@ -125,6 +125,7 @@ DENIED_FUNCTIONS: frozenset[str] = frozenset({
     "file", "filesystemavailable", "filesystemcapacity", "filesystemunreserved",
     "getserversetting", "getmacro", "getoskernelversion", "hostname", "fullhostname",
     "getclienthttpheader", "getserverport",
+    "sqlite",  # table function: refused by readonly=1, but opening it first creates an empty file
 })
 
 #: Word sequences (upper case) refused anywhere in the statement: INTO OUTFILE writes a file.
@@ -295,6 +296,9 @@ class ClickHouseEngine(EmbeddedEngine):
         join_use_nulls: see :data:`SEMANTIC_SETTINGS` (1: standard SQL outer-join NULLs).
         max_memory_usage: bytes one query may use (ClickHouse setting; over it -> RUNTIME).
         max_threads: ClickHouse threads per query (1: parallelism comes from actors).
+        host: a ClickHouse server; when set, statements run there through clickhouse-connect
+            (:mod:`~polysql_ray.engines.clickhouse_server`, which takes ``server`` settings:
+            port, user, password_env, database ...) instead of in chdb.
 
     ``location`` is a replica folder (``Replica.location``).
     """
@@ -321,11 +325,18 @@ class ClickHouseEngine(EmbeddedEngine):
     driver_errors = (Exception,)  # chdb raises plain exceptions whose message has "Code: N"
 
     def __init__(self, join_use_nulls: int = 1, max_memory_usage: int = 2_000_000_000,
-                 max_threads: int = 1):
+                 max_threads: int = 1, host: str | None = None, **server):
         super().__init__()
         self.semantic = {**SEMANTIC_SETTINGS, "join_use_nulls": int(join_use_nulls)}
         self.resources = {"max_memory_usage": int(max_memory_usage), "max_threads": int(max_threads)}
         self._readers: dict[tuple, object] = {}
+        self._server = None
+        if host:  # a ClickHouse server through clickhouse-connect instead of chdb
+            from polysql_ray.engines.clickhouse_server import ClickHouseServerEngine
+
+            self._server = ClickHouseServerEngine({"host": host, **server}, {**self.semantic, **self.resources})
+        elif server:
+            raise TypeError(f"unexpected clickhouse settings {sorted(server)} (server settings need host)")
 
     def _reader(self, limits: Limits):
         import chdb
@@ -339,6 +350,13 @@ class ClickHouseEngine(EmbeddedEngine):
             con = chdb.connect(connection_string(process_data_path(), settings))
             self._readers[key] = con
         return con
+
+    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        """The server path when ``host`` is set (:mod:`.clickhouse_server`), else the shared
+        embedded path over chdb. Never raises."""
+        if self._server is not None:
+            return self._server.execute(location, sql, limits)
+        return super().execute(location, sql, limits)
 
     def missing(self, sql: str, location: str) -> ExecutionResult | None:
         """REJECTED for a denied function/clause (:func:`sandbox_refusal`), UNAVAILABLE when
@@ -376,6 +394,8 @@ class ClickHouseEngine(EmbeddedEngine):
 
     def close(self) -> None:
         """Close the model-SQL connections (loaded databases stay until the process exits)."""
+        if self._server is not None:
+            self._server.close()
         with self._lock:
             for con in self._readers.values():
                 try:

@@ -380,6 +380,35 @@ def precheck(sql: str | None, dialect: str, denied: frozenset[str], limits=None,
     return None, single_statement_text(sql, dialect)
 
 
+#: Deepest parenthesis nesting a warehouse engine sends (ClickHouse's own ``max_parser_depth``
+#: is 1000; fakesnow and bqemulator parse in their request loop and stop answering on ~3000).
+MAX_NESTING = 256
+
+
+def warehouse_refusal(sql: str, dialect: str):
+    """``(ExecStatus, message)`` for a statement a warehouse engine refuses before sending, else
+    None: SYNTAX when the dialect's sqlglot tokenizer cannot read it (an unterminated string or
+    comment: the server would answer a syntax error), REJECTED when parentheses nest deeper than
+    :data:`MAX_NESTING`. Both protect the DuckDB-backed stand-ins too, which answer the first
+    with HTTP 500 or not at all and stop serving on the second."""
+    from sqlglot.dialects.dialect import Dialect
+    from sqlglot.tokens import TokenType
+
+    from polysql_ray.engines.base import ExecStatus
+
+    try:
+        toks = Dialect.get_or_raise(dialect).tokenize(sql)
+    except Exception as e:
+        return ExecStatus.SYNTAX, f"the {dialect} tokenizer cannot read the statement ({type(e).__name__})"
+    depth = deepest = 0
+    for tok in toks:
+        depth += (tok.token_type == TokenType.L_PAREN) - (tok.token_type == TokenType.R_PAREN)
+        deepest = max(deepest, depth)
+    if deepest > MAX_NESTING:
+        return ExecStatus.REJECTED, f"parentheses nest {deepest} deep (limit {MAX_NESTING})"
+    return None
+
+
 def ascii_fold(text: str) -> str:
     """Lower-case ASCII skeleton of ``text`` (NFKD, marks and non-ASCII dropped, dotless i and
     long s mapped), so ``PROCESSLİST`` or full-width letters match ``processlist`` as a
@@ -456,6 +485,9 @@ class ServerEngine(EngineDeclaration):
     denied_text: tuple[str, ...] = ()
     #: send the statement as written (MySQL: comments are executed), else cut to one statement
     send_unmodified = False
+    #: refuse before sending what the dialect's tokenizer cannot read or nests too deep
+    #: (:func:`warehouse_refusal`; warehouses and their stand-ins stall on such text)
+    tokenizer_guard = False
     #: prefix of the UNAVAILABLE message when no connection could be made
     unreachable = "connection lost"
     queries = 0
@@ -496,6 +528,8 @@ class ServerEngine(EngineDeclaration):
         with LiveStopwatch() as sw:
             refusal, sql = precheck(sql, self.dialect, self.denied_functions, limits=limits,
                                     send_unmodified=self.send_unmodified, denied_text=self.denied_text)
+            if refusal is None and self.tokenizer_guard:
+                refusal = warehouse_refusal(sql, self.dialect)
         if refusal is not None:
             return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
         statement_errors, connect_errors = self.driver_errors()

@@ -11,8 +11,11 @@ Sandbox (Snowflake docs "Parameters", "Access control"):
   when ``role`` is set; creating the role is an administrator's job, see README);
 * ``STATEMENT_TIMEOUT_IN_SECONDS`` = ``Limits.timeout_s`` as a session parameter set at
   connect time (the server cancels, error 630 -> TIMEOUT); the model cannot change it (one
-  SELECT/WITH statement only, :mod:`~polysql_ray.engines.guard`); a client-side read
-  timeout ``timeout_s + grace`` backs it up;
+  SELECT/WITH statement only, :mod:`~polysql_ray.engines.guard`); the connector's own
+  ``execute(timeout=timeout_s)`` sends an abort request, and a client-side watchdog
+  (:mod:`~polysql_ray.engines.watchdog`) gives up at ``timeout_s + client_grace_s`` (extra
+  setting, default :data:`CLIENT_GRACE_S`) with TIMEOUT and discards the connection, for a
+  server that enforces neither (fakesnow: the statement then runs on there until it ends);
 * row cap: ``fetchmany(row_cap + 1)``.
 
 Names: unquoted identifiers resolve upper case. The replica stores folded names where the
@@ -155,6 +158,7 @@ class SnowflakeEngine(ServerEngine):
         settings: :class:`ServerSettings` or a config dict (``DEFAULTS`` fill the gaps).
     """
 
+    tokenizer_guard = True  # servers.warehouse_refusal before sending
     name = "snowflake"
     dialect = "snowflake"
     settings = {}
@@ -183,6 +187,7 @@ class SnowflakeEngine(ServerEngine):
             settings = ServerSettings.from_dict(settings, **DEFAULTS)
         self.settings = settings
         self.queries = 0
+        self.grace_s = float(settings.extra.get("client_grace_s", CLIENT_GRACE_S))
         self._pools: dict[float, ConnectionPool] = {}
 
     def _pool(self, timeout_s: float) -> ConnectionPool:
@@ -205,16 +210,28 @@ class SnowflakeEngine(ServerEngine):
         return self._pool(limits.timeout_s).acquire()
 
     def run(self, lease, location: str, sql: str, limits: Limits) -> ExecutionResult:
-        """``USE SCHEMA`` the replica (UNAVAILABLE when missing), run, fetch ``row_cap + 1``."""
+        """``USE SCHEMA`` the replica (UNAVAILABLE when missing), run, fetch ``row_cap + 1``;
+        TIMEOUT when no answer comes within ``timeout_s + client_grace_s`` (:mod:`.watchdog`)."""
+        import math
+
         import snowflake.connector.errors as sfe
+
+        from polysql_ray.engines.watchdog import DeadlineExceeded, call_with_deadline
 
         cur = lease.conn.cursor()
         try:
             cur.execute(f'USE SCHEMA "{self.settings.database}"."{location}"')
         except sfe.Error as e:
             return ExecutionResult.failure(S.UNAVAILABLE, f"replica schema {location!r}: {e}")
-        cur.execute(sql)
-        rows = cur.fetchmany(limits.row_cap + 1)
+        try:  # the connector's own timeout, and a client watchdog for a server that ignores both
+            rows = call_with_deadline(
+                lambda: cur.execute(sql, timeout=max(1, math.ceil(limits.timeout_s))).fetchmany(limits.row_cap + 1),
+                limits.timeout_s + self.grace_s)
+        except DeadlineExceeded as e:
+            lease.discard()
+            return ExecutionResult.failure(
+                S.TIMEOUT, f"client watchdog gave up ({e}; STATEMENT_TIMEOUT_IN_SECONDS="
+                f"{limits.timeout_s:g} not enforced by the server)")
         if len(rows) > limits.row_cap:
             return ExecutionResult.failure(S.TOO_LARGE, f"more than {limits.row_cap} rows")
         desc = cur.description or []

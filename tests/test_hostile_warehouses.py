@@ -1,0 +1,74 @@
+"""Hostile SQL on ClickHouse (chdb), Snowflake (fakesnow) and BigQuery (bqemulator).
+
+The catalogue (``hostile_cases.py``: ``WAREHOUSE_COMMON`` plus each engine's list) covers file and
+URL reads, DDL/DML, setting and session changes, multiple statements, runaway queries, result
+size and information leaks. Every case asserts its typed status, that the replica is still the
+certified copy and holds the source's data, and that the next prediction on the same engine
+(same pooled connection where there is one) still scores correctly. Runaway queries must end as
+``timeout``: ClickHouse cancels them itself (``max_execution_time``); fakesnow and bqemulator
+enforce no timeout, so this exercises the engines' client-side watchdog (statuses only, never
+elapsed times).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest_servers import require_data  # noqa: E402
+from hostile_cases import CANARY, CASES, LIMITS, STANDIN_EXPECT, case_id  # noqa: E402
+
+from polysql_ray.engines.base import ExecStatus as S  # noqa: E402
+
+from tests.warehouse_targets import CHECKSUM_SQL, SOURCE, source_checksum, warehouse  # noqa: E402
+
+require_data(SOURCE.parent)
+
+ENGINES = ("clickhouse", "snowflake", "bigquery")
+#: Files the catalogue's attacks try to create (chdb's sqlite() created an empty one while refusing).
+EVIL_PATHS = [Path("/tmp/polysql_evil"), Path("/tmp/polysql_evil.db")]
+DRIVERS = {"clickhouse": "chdb", "snowflake": "snowflake.connector", "bigquery": "google.cloud.bigquery"}
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory):
+    """Started on first use per engine, so a run of one engine's cases starts one stand-in."""
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        cache = {}
+
+        def get(name):
+            if name not in cache:
+                pytest.importorskip(DRIVERS[name])
+                cache[name] = stack.enter_context(warehouse(name, tmp_path_factory.mktemp(name)))
+            return cache[name]
+
+        yield get
+
+
+@pytest.mark.parametrize("engine_name,case", [(e, c) for e in ENGINES for c in CASES[e]],
+                         ids=[f"{e}-{case_id(c)}" for e in ENGINES for c in CASES[e]])
+def test_hostile(targets, engine_name, case):
+    t = targets(engine_name)
+    res = t.execute(case.sql, LIMITS)
+    assert res.status in STANDIN_EXPECT.get((engine_name, case.name), case.expect), (res.status, res.error)
+    assert t.intact(), "replica content changed"
+    check = t.execute(CHECKSUM_SQL, LIMITS)
+    assert check.ok and tuple(c[0].as_py() for c in check.table.columns) == source_checksum(), \
+        (check.status, check.error)
+    assert not [p for p in EVIL_PATHS if p.exists()], "an attack wrote a file"
+    canary = t.execute(CANARY[0], LIMITS)
+    assert canary.ok and canary.table.column(0)[0].as_py() == CANARY[1], (canary.status, canary.error)
+
+
+def test_every_warehouse_covers_every_attack_class():
+    """file/URL reads, DDL/DML, settings/session, multi-statement, runaway, leaks: per engine."""
+    for engine in ENGINES:
+        classes = {c.cls for c in CASES[engine]}
+        assert classes >= {"file_access", "ddl_dml", "multi_statement_comment", "session_server_control",
+                           "resource_exhaustion", "information_leak", "malformed_text"}, engine
+        assert any(c.expect == {S.TIMEOUT} for c in CASES[engine]), engine
+
