@@ -77,26 +77,25 @@ def bqemulator_server(wait_s: float = 120.0):
 def moto_server(wait_s: float = 60.0):
     """Start ``moto_server`` (in-memory S3 protocol) on a free loopback port; yields ``(host, port)``."""
     port = free_port()
-    # moto logs every request on stderr: into a file, so that a full pipe never stalls it
-    return _serve([str(standin_executable("moto")), "-H", "127.0.0.1", "-p", str(port)], port, "moto", wait_s,
-                  log_to_file=True)
+    return _serve([str(standin_executable("moto")), "-H", "127.0.0.1", "-p", str(port)], port, "moto", wait_s)
 
 
 @contextlib.contextmanager
-def _serve(argv: list[str], port: int, name: str, wait_s: float, log_to_file: bool = False):
+def _serve(argv: list[str], port: int, name: str, wait_s: float):
     import tempfile
 
-    log = tempfile.TemporaryFile() if log_to_file else None
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log or subprocess.PIPE)
+    # stand-ins log every request on stderr (fakesnow, moto): into a file, never a pipe that
+    # nobody reads: a full pipe blocks the server's logging call and with it every request
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
     try:
         deadline = time.monotonic() + wait_s
         while True:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
                 break
             if proc.poll() is not None or time.monotonic() > deadline:
-                if log is not None:
-                    log.seek(0)
-                err = (log or proc.stderr).read().decode(errors="replace")[-2000:]
+                log.seek(0)
+                err = log.read().decode(errors="replace")[-2000:]
                 pytest.fail(f"{name} did not start on 127.0.0.1:{port}: {err}", pytrace=False)
             time.sleep(0.2)
         yield "127.0.0.1", port
@@ -106,5 +105,4 @@ def _serve(argv: list[str], port: int, name: str, wait_s: float, log_to_file: bo
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
-        if log is not None:
-            log.close()
+        log.close()
