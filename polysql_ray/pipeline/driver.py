@@ -51,7 +51,7 @@ from polysql_ray.generation.base import GenStatus, Prediction
 from polysql_ray.pipeline.plan import Cell, ExecRequest, WorkItem, exec_key
 from polysql_ray.pipeline.progress import Progress
 from polysql_ray.pipeline.structural import StructuralJob
-from polysql_ray.store.parquet import BufferedWriter, ResultsStore, cell_key, score_key, storable_text
+from polysql_ray.store.parquet import ResultsStore, cell_key, score_key
 
 log = logging.getLogger("polysql_ray")
 
@@ -171,34 +171,6 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
                         dataset=ds, dialect=dialect, target_engine=engine_for_dialect(dialect),
                         instruction_level=level))
     return Grid(datasets, sources, model_cfgs, generators, dialects, levels, cells, policy=policy)
-
-
-# ------------------------------------------------------------------------ 2. generation
-
-def generate(grid: Grid, cells: list[Cell], stage=None) -> dict[str, list[Prediction]]:
-    """Predictions per cell key, aligned with the cell's dataset examples.
-
-    Args:
-        grid: the sweep grid; ``grid.generators`` holds one generator per model for the whole
-            run, so a vLLM actor pool is started once and shared by every cell of that model.
-        cells: the cells to generate.
-        stage: a :class:`polysql_ray.pipeline.generate.GenerationStage` (owns the generations
-            store ``<results_dir>/generations`` and the run's generation figures); None runs
-            the generators directly, without the store.
-
-    Generators with ``uses_prompts`` (hf, openai, vllm) render each prompt once per cell and
-    are called only for prompts not already in the generations store; replay and gold read
-    their files. Errors: ``RuntimeError`` when a generator returns a wrong number of
-    predictions.
-    """
-    from polysql_ray.pipeline.generate import GenerationStage
-
-    stage = stage if stage is not None else GenerationStage(None)
-    out: dict[str, list[Prediction]] = {}
-    for cell in cells:
-        out[cell.key] = stage.predictions(grid.generators[cell.model], grid.datasets[cell.dataset],
-                                          cell.dataset, cell.dialect, cell.instruction_level)
-    return out
 
 
 # ------------------------------------------------------------------------ 3. planning
@@ -644,7 +616,7 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
     from polysql_ray.pipeline.generate import GenerationFeed, GenerationStage, close_generators
     from polysql_ray.pipeline.manifest import run_manifest
     from polysql_ray.pipeline.scheduler import Scheduler, StageClock
-    from polysql_ray.pipeline.structural import StructuralJob, proves_before
+    from polysql_ray.pipeline.structural import proves_before
     from polysql_ray.pipeline.summary import ex_table, write_run_summary
     from polysql_ray.replication.pernode import recipes_for
     from polysql_ray.store.generations import GenerationsStore

@@ -35,6 +35,7 @@ from typing import Any
 import ray
 
 from polysql_ray.pipeline.plan import ExecRequest, WorkItem
+from polysql_ray.store.parquet import BufferedWriter
 
 log = logging.getLogger("polysql_ray")
 
@@ -89,50 +90,13 @@ class StageClock:
         return out
 
 
-class TimedWriter:
-    """Buffers scored batches and writes them when ``flush_rows`` rows are buffered or
-    ``flush_s`` seconds passed since the last write, whichever comes first; :meth:`close`
-    writes the rest. So part files stay few on big sweeps (one per cell per flush) and a
-    ``kill -9`` loses at most ``flush_s`` seconds of scoring (rescored by the next run).
-
-    Args:
-        store: the :class:`polysql_ray.store.parquet.ResultsStore`.
-        flush_rows: rows buffered before a write (>= 1).
-        flush_s: seconds between writes while rows are buffered (0: every batch is written).
-    """
-
-    def __init__(self, store, flush_rows: int, flush_s: float) -> None:
-        from polysql_ray.store.parquet import BufferedWriter
-
-        self._w = BufferedWriter(store, max(1, int(flush_rows)))
-        self.flush_s = float(flush_s)
-        self._last = time.monotonic()
-
-    def add(self, rows) -> None:
-        self._w.add(rows)
-        if self._w._rows == 0 or time.monotonic() - self._last >= self.flush_s:
-            self.flush()
-
-    def tick(self) -> None:
-        """Write buffered rows whose age passed ``flush_s`` (called while the driver waits)."""
-        if time.monotonic() - self._last >= self.flush_s:
-            self.flush()
-
-    def flush(self) -> None:
-        self._w.flush()
-        self._last = time.monotonic()
-
-    @property
-    def files(self) -> list:
-        return self._w.files
-
-
 class Scheduler:
     """Executes and scores work items added chunk by chunk (module docstring).
 
     Args:
         cfg: composed config (``pipeline.*``, ``engines.*``, ``limits``).
-        store: the results store; rows are written through a :class:`TimedWriter`.
+        store: the results store; rows are written through a
+            :class:`~polysql_ray.store.parquet.BufferedWriter` (by rows and seconds).
         progress: :class:`polysql_ray.pipeline.progress.Progress`.
         stats: the run's ``RunStats`` (counters updated in place).
         run_id: stored in every row.
@@ -154,7 +118,7 @@ class Scheduler:
         self.score_cpus = float(pcfg.get("score_num_cpus", 0.25))
         self.limits = dict(cfg["limits"])
         self.cache_size = max(0, int(pcfg.get("exec_cache_size", 20_000)))
-        self.writer = TimedWriter(store, int(pcfg.get("flush_rows", 20_000)), float(pcfg.get("flush_s", 10.0)))
+        self.writer = BufferedWriter(store, int(pcfg.get("flush_rows", 20_000)), float(pcfg.get("flush_s", 10.0)))
         self._check_fits = check_fits
         self._engine_settings = engine_settings
         self.actors: dict[str, list] = {}

@@ -108,7 +108,8 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
     groups = ([None] if cell_keys is None else
               [cell_keys[i:i + EX_TABLE_CELLS] for i in range(0, len(cell_keys), EX_TABLE_CELLS)])
     rows = []
-    cells_in = {f: _cells_in(f, store_location(store).fs) for f in files} if cell_keys is not None else {}
+    fs = store_location(store).fs  # opened once, not per part file
+    cells_in = {f: _cells_in(f, fs) for f in files} if cell_keys is not None else {}
     con = duckdb.connect(config={"memory_limit": EX_TABLE_MEMORY, "threads": 1,
                                  "temp_directory": tempfile.gettempdir() + "/polysql-duckdb-spill"})
     try:

@@ -728,20 +728,36 @@ class BufferedWriter:
     Args:
         store: the :class:`ResultsStore` to write into.
         flush_rows: rows buffered before a write (memory: rows hold SQL text, ~1 KB each).
+        flush_s: also write once this many seconds passed since the last write (checked on
+            :meth:`add` and :meth:`tick`), so ``kill -9`` loses at most ``flush_s`` seconds of
+            scoring; None: by rows only.
     """
 
-    def __init__(self, store: ResultsStore, flush_rows: int = 5000) -> None:
+    def __init__(self, store: ResultsStore, flush_rows: int = 5000, flush_s: float | None = None) -> None:
+        import time
+
         self.store, self.flush_rows = store, max(1, int(flush_rows))
+        self.flush_s = None if flush_s is None else float(flush_s)
+        self._clock = time.monotonic
+        self._last = self._clock()
         self._parts: list[pa.Table] = []
         self._rows = 0
         self.files: list[Path] = []
 
+    def _due(self) -> bool:
+        return self.flush_s is not None and self._clock() - self._last >= self.flush_s
+
     def add(self, rows: pa.Table) -> None:
-        """Buffer one scored batch; writes when ``flush_rows`` are buffered."""
+        """Buffer one scored batch; writes when ``flush_rows`` are buffered or ``flush_s`` passed."""
         if rows.num_rows:
             self._parts.append(rows)
             self._rows += rows.num_rows
-        if self._rows >= self.flush_rows:
+        if self._rows >= self.flush_rows or self._due():
+            self.flush()
+
+    def tick(self) -> None:
+        """Write the buffer if ``flush_s`` passed since the last write (call while waiting)."""
+        if self._due():
             self.flush()
 
     def flush(self) -> None:
@@ -749,6 +765,7 @@ class BufferedWriter:
         if self._parts:
             self.files.extend(self.store.append(pa.concat_tables(self._parts)))
             self._parts, self._rows = [], 0
+        self._last = self._clock()
 
     close = flush
 
