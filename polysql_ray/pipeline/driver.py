@@ -310,6 +310,7 @@ class MalformedWarnings:
         self.show, self.seen = show, 0
 
     def check(self, items: list[WorkItem]) -> None:
+        """Warn (stderr) for the predictions of ``items`` with malformed text; counts them."""
         from polysql_ray.engines.guard import malformed_text
 
         for it in items:
@@ -322,6 +323,7 @@ class MalformedWarnings:
                       f"{it.cell.model!r}: {msg}; scored as rejected, stored escaped", file=sys.stderr)
 
     def close(self) -> None:
+        """Print how many malformed predictions were not shown (one line, stderr)."""
         if self.seen > self.show:
             print(f"polysql_ray: warning: ... and {self.seen - self.show} more predictions with malformed text",
                   file=sys.stderr)

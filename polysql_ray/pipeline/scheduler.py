@@ -65,16 +65,19 @@ class StageClock:
         self.last: dict[str, float] = {}
 
     def start(self, stage: str, at: float | None = None) -> None:
+        """Note that ``stage`` started at ``at`` (epoch seconds; default now); the earliest wins."""
         at = time.time() if at is None else at
         if stage not in self.first or at < self.first[stage]:
             self.first[stage] = at
 
     def end(self, stage: str, at: float | None = None) -> None:
+        """Note that ``stage`` ended at ``at`` (epoch seconds; default now); the latest wins."""
         at = time.time() if at is None else at
         if stage not in self.last or at > self.last[stage]:
             self.last[stage] = at
 
     def as_dict(self) -> dict[str, dict]:
+        """The stages in order of first start, in the shape given in the class docstring."""
         import datetime as dt
 
         def iso(x: float | None) -> str | None:
