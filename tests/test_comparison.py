@@ -329,3 +329,69 @@ def test_duplicates_set_policy_ignores_missing_distinct_but_default_fails_it():
     assert compare(gold, pred, shape, st).match
     assert not compare(gold, wrong, shape, st).match
     assert bag.fingerprint() != st.fingerprint()
+
+
+def _retyped(t: pa.Table) -> pa.Table:
+    """``t`` with the same values under other Arrow types (int64 -> int32, string ->
+    large_string), so that :func:`identical` is False and compare takes its full path."""
+    cols = []
+    for c in t.columns:
+        if pa.types.is_int64(c.type):
+            c = c.cast(pa.int32())
+        elif pa.types.is_string(c.type):
+            c = c.cast(pa.large_string())
+        cols.append(c)
+    return pa.Table.from_arrays(cols, names=t.column_names)
+
+
+@pytest.mark.parametrize("gold_sql", [
+    "SELECT name, age FROM singer",
+    "SELECT name FROM singer ORDER BY age LIMIT 2",         # tie at the cut: ties_at_limit
+    "SELECT name, age FROM singer ORDER BY age",            # ties inside the list
+    "SELECT name FROM singer ORDER BY age DESC",            # key only in the probe
+    "SELECT country, count(*) FROM singer GROUP BY country ORDER BY count(*) DESC LIMIT 1",
+    "SELECT name FROM singer WHERE age > 99",               # empty
+    "SELECT age FROM singer",                               # duplicates
+])
+@pytest.mark.parametrize("policy", [POLICY, dataclasses.replace(POLICY, ties_at_limit="strict"),
+                                    dataclasses.replace(POLICY, duplicates="set"),
+                                    dataclasses.replace(POLICY, ties="positional", columns="positional")])
+def test_identical_result_fast_path_equals_full_comparison(sq, gold_sql, policy):
+    """A prediction identical to the gold is decided without canonicalising (result_set.identical):
+    the Comparison (reason, flags, diff) is the one the full path gives the same values."""
+    from polysql_ray.comparison.result_set import identical
+
+    shape = analyze_gold(gold_sql, "sqlite")
+    probe = sq(shape.probe_sql) if shape.probe_sql else None
+    gold = sq(gold_sql)
+    other = _retyped(gold)
+    assert identical(gold, gold) and (not identical(gold, other) or gold.num_rows == 0)
+    fast = compare(gold, gold, shape, policy, probe)
+    assert fast.match and fast == compare(gold, other, shape, policy, probe)
+
+
+@pytest.mark.parametrize("n_tied,n_probe", [(3, 3), (3, 1 + 100), (1 + 100, 1 + 100)])
+def test_identical_result_keeps_tie_flags_at_the_cut(n_tied, n_probe):
+    """ties_at_limit and ties_truncated (tie group running to the end of a full probe window)
+    are gold-side flags: an identical prediction carries them exactly as the full path does."""
+    from polysql_ray.comparison.shape import TIE_WINDOW
+
+    shape = analyze_gold("SELECT name FROM p ORDER BY born LIMIT 1", "sqlite")
+    probe = pa.table({"name": [f"n{i}" for i in range(n_probe)],
+                      "k": [None] * n_tied + [f"{i:04d}" for i in range(n_probe - n_tied)]})
+    gold = pa.table({"name": ["n0"]})
+    fast = compare(gold, gold, shape, POLICY, probe)
+    assert fast == compare(gold, _retyped(gold), shape, POLICY, probe)
+    assert "ties_at_limit" in fast.flags
+    assert ("ties_truncated" in fast.flags) == (n_tied >= 1 + TIE_WINDOW)
+
+
+def test_identical_needs_same_types_values_and_no_nan():
+    from polysql_ray.comparison.result_set import identical
+
+    a = pa.table({"x": [1, 2], "y": ["a", None]})
+    assert identical(a, pa.table({"other": [1, 2], "names": ["a", None]}))  # names never count
+    assert not identical(a, pa.table({"x": [2, 1], "y": [None, "a"]}))       # order counts
+    assert not identical(a, _retyped(a))
+    nan = pa.table({"f": [float("nan")]})
+    assert not identical(nan, nan)  # NaN takes the full path (its tolerance rule decides)
