@@ -23,7 +23,8 @@ def _loaded(module: str, heavy: tuple[str, ...]) -> list[str]:
 
 
 @pytest.mark.parametrize("module", ["polysql_ray.pipeline.summary", "polysql_ray.statistics.ex",
-                                    "polysql_ray.statistics"])
+                                    "polysql_ray.statistics", "polysql_ray.reporting.console",
+                                    "polysql_ray.reporting"])
 def test_run_summary_does_not_load_statsmodels(module):
     # the run's EX table shows no confidence interval: statsmodels/scipy.stats (~1 s) stay unloaded
     assert _loaded(module, ("statsmodels", "scipy.stats")) == []

@@ -10,7 +10,10 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from polysql_ray.statistics.summary import Statistics
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the run's EX table uses these views without SciPy
+    from polysql_ray.statistics.summary import Statistics
 
 
 def _num(x: object) -> bool:
