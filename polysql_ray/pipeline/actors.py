@@ -136,6 +136,8 @@ def score_batch(items: list[dict], result_refs: list, policy, limits: dict | Non
 
     lim = Limits(**limits) if limits else None
     results = ray.get(list(result_refs)) if result_refs else []
+    if lim is not None:  # once per fetched result (a gold serves many items), not per use
+        results = [lim.enforce(r) for r in results]
     now = dt.datetime.now(dt.timezone.utc)
     rows = []
     for it in items:
@@ -150,10 +152,9 @@ def score_batch(items: list[dict], result_refs: list, policy, limits: dict | Non
         pair = Pair(executed_sql(it["gold_sql"], gold_dialect, policy),
                     executed_sql(it["pred_sql"] or "", pred_dialect, policy),
                     gold_dialect, pred_dialect, it["source_engine"], it["target_engine"])
-        v = decide(it["_gen_status"], gold, probe, pred, it["_shape"], policy, lim,
+        v = decide(it["_gen_status"], gold, probe, pred, it["_shape"], policy, None,  # limits enforced above
                    gold_error=it["_gold_error"], proven=structural == "equivalent", pair=pair, ties_probe=ties)
         score_s = time.perf_counter() - t0
-        gold, pred = (lim.enforce(x) if (lim and x is not None) else x for x in (gold, pred))
         row = {k: v_ for k, v_ in it.items() if not k.startswith("_")}
         row.update(
             gold_status=(gold.status.value if gold is not None else "unavailable"),
