@@ -148,6 +148,9 @@ def validate(cfg: dict) -> None:
     retry = (cfg.get("pipeline") or {}).get("unavailable_retry_s", 120)
     if not isinstance(retry, (int, float)) or retry < 0:
         raise ConfigError(f"pipeline.unavailable_retry_s must be >= 0 seconds (got {retry!r})")
+    inflight = (cfg.get("pipeline") or {}).get("max_inflight_score", "auto")
+    if inflight != "auto" and (isinstance(inflight, bool) or not isinstance(inflight, int) or inflight < 1):
+        raise ConfigError(f"pipeline.max_inflight_score must be auto or a whole number >= 1 (got {inflight!r})")
     for engine, ecfg in (cfg.get("engines") or {}).items():
         actors = (ecfg or {}).get("actors", 1) if isinstance(ecfg, dict) else 1
         if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:

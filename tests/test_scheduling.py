@@ -36,3 +36,13 @@ def test_custom_resource_pins_the_execution_actor(ray_session, tmp_path):
         time.sleep(0.1)
     assert ray.available_resources().get("polysql_test_node", 0.0) == 0.0
     ray.kill(actor)
+
+
+def test_scoring_tasks_in_flight_follow_the_cluster_cpus():
+    """pipeline.max_inflight_score=auto: one scoring task (one worker process) per CPU."""
+    from polysql_ray.pipeline.scheduler import inflight_scores
+
+    assert [inflight_scores("auto", c) for c in (0.5, 2.0, 16.0, 64.0)] == [1, 2, 16, 64]
+    assert inflight_scores(3, 64.0) == 3
+    with pytest.raises(ValueError, match="max_inflight_score"):
+        inflight_scores(0, 2.0)

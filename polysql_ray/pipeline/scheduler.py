@@ -9,7 +9,8 @@ moving through three stages, all asynchronous on Ray:
    execution actors (bounded concurrency: ``engines.<name>.actors`` actors with at most
    ``pipeline.max_inflight_exec`` batches of ``pipeline.exec_batch_size`` each);
 3. **scoring**: a batch of ``pipeline.score_batch_size`` items is scored by one Arrow task as
-   soon as all its executions are done (at most ``pipeline.max_inflight_score`` in flight);
+   soon as all its executions are done (at most ``pipeline.max_inflight_score`` in flight:
+   by default one per CPU of the cluster, :func:`inflight_scores`);
    rows go to the results store through a writer that flushes by rows and by seconds.
 
 Memory. The driver holds at most :attr:`Scheduler.pending` items (the caller keeps it under
@@ -43,6 +44,20 @@ log = logging.getLogger("polysql_ray")
 ACTOR_TASK_RETRIES = 1
 #: A single statement whose execution killed its actor this many times is a runtime failure.
 CRASH_ATTEMPTS = 2
+
+
+def inflight_scores(setting: int | str, cluster_cpus: float) -> int:
+    """Scoring tasks kept in flight (``pipeline.max_inflight_score``): an integer as given;
+    ``auto``: one per CPU of the cluster, at least 1. Each task in flight holds a Ray worker
+    process (~240 MiB RSS once the comparison modules are loaded, benchmarks/bench_peer.py), and
+    a scoring task is CPU-bound, so more tasks than cores add memory and no throughput.
+    Errors: ValueError for anything else (config validation names the key)."""
+    if str(setting) == "auto":
+        return max(1, int(round(cluster_cpus)))
+    n = int(setting)
+    if n < 1:
+        raise ValueError(f"pipeline.max_inflight_score must be auto or >= 1 (got {setting!r})")
+    return n
 
 
 class StageClock:
@@ -117,7 +132,9 @@ class Scheduler:
         self.cfg, self.progress, self.stats, self.run_id, self.policy, self.clock = \
             cfg, progress, stats, run_id, policy, clock
         self.exec_bs, self.score_bs = int(pcfg["exec_batch_size"]), int(pcfg["score_batch_size"])
-        self.max_exec, self.max_score = int(pcfg["max_inflight_exec"]), int(pcfg["max_inflight_score"])
+        self.max_exec = int(pcfg["max_inflight_exec"])
+        self.max_score = inflight_scores(pcfg.get("max_inflight_score", "auto"),
+                                         float(ray.cluster_resources().get("CPU", 1.0)))
         self.score_cpus = float(pcfg.get("score_num_cpus", 0.25))
         self.limits = dict(cfg["limits"])
         self.cache_size = max(0, int(pcfg.get("exec_cache_size", 20_000)))
