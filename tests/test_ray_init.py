@@ -43,8 +43,9 @@ while todo:
             cmds.append(open(f"/proc/{k}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace"))
         except OSError:
             pass
-from ray._private import parameter
-print(json.dumps({"cmds": cmds, "worker": worker, "patched": hasattr(parameter.RayParams.__init__, "__wrapped__")}))
+from ray._private import node, parameter
+patched = hasattr(parameter.RayParams.__init__, "__wrapped__") or node.Node.start_api_server.__name__ == "<lambda>"
+print(json.dumps({"cmds": cmds, "worker": worker, "patched": patched}))
 ray.shutdown()
 """
 
@@ -58,17 +59,18 @@ def _head_processes(ray_cfg: dict) -> dict:
     res = json.loads(out.stdout.strip().splitlines()[-1])
     res["monitor"] = any("autoscaler/_private/monitor.py" in c for c in res["cmds"])
     res["log_monitor"] = any("log_monitor.py" in c for c in res["cmds"])
+    res["api_server"] = any("dashboard/dashboard.py" in c for c in res["cmds"])
     return res
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
-@pytest.mark.parametrize("ray_cfg, monitor, log_monitor", [
-    ({}, False, False),                                    # default: lean head, no log forwarding
-    ({"log_to_driver": True}, False, True),                # forwarding worker output needs the log monitor
-    ({"lean_head": False}, True, True),                    # Ray's stock head
+@pytest.mark.parametrize("ray_cfg, monitor, log_monitor, api_server", [
+    ({}, False, False, False),                             # default: lean head, no log forwarding
+    ({"log_to_driver": True}, False, True, False),         # forwarding worker output needs the log monitor
+    ({"lean_head": False}, True, True, True),              # Ray's stock head
 ])
-def test_local_cluster_head_processes(ray_cfg, monitor, log_monitor):
+def test_local_cluster_head_processes(ray_cfg, monitor, log_monitor, api_server):
     res = _head_processes(ray_cfg)
-    assert (res["monitor"], res["log_monitor"]) == (monitor, log_monitor)
+    assert (res["monitor"], res["log_monitor"], res["api_server"]) == (monitor, log_monitor, api_server)
     assert res["worker"] > 0 and any("raylet" in c for c in res["cmds"])
     assert not res["patched"]  # after ray.init the parameter defaults are Ray's again

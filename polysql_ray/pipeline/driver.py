@@ -498,7 +498,8 @@ def init_ray(cfg: dict) -> None:
         return
     kwargs = ray_init_kwargs(cfg)
     lean = kwargs["address"] == "local" and bool((cfg.get("ray") or {}).get("lean_head", True))
-    restore = _lean_head(log_monitor=kwargs["log_to_driver"]) if lean else None
+    restore = _lean_head(log_monitor=kwargs["log_to_driver"], api_server=kwargs["include_dashboard"]) \
+        if lean else None
     try:
         ray.init(**kwargs)
     finally:
@@ -508,23 +509,30 @@ def init_ray(cfg: dict) -> None:
         _start_reaper()
 
 
-def _lean_head(log_monitor: bool):
+def _lean_head(log_monitor: bool, api_server: bool = False):
     """Make the next ``ray.init`` start a local head node without Ray's autoscaler monitor (a
-    fixed local cluster has nothing to autoscale) and, unless ``log_monitor``, without its log
+    fixed local cluster has nothing to autoscale), unless ``log_monitor`` without its log
     monitor (it only forwards worker output to the driver, which ``log_to_driver=False`` turns
-    off); each is a Python process of ~80 MiB. ``ray.init`` has no argument for either, so the
-    defaults of the node parameters it builds (``RayParams(no_monitor=, include_log_monitor=)``,
-    the switches behind ``ray start --no-monitor --include-log-monitor``) are changed until the
-    returned function is called. Returns None (nothing changed) for a Ray without them."""
+    off), and unless ``api_server`` without the dashboard's API server (with
+    ``include_dashboard=False`` Ray still starts it, in its minimal mode, for the job-submission
+    and state APIs; a run's own local cluster is reached by nobody else); each is a Python
+    process of ~80-100 MiB. ``ray.init`` has no argument for these, so the defaults of the node
+    parameters it builds (``RayParams(no_monitor=, include_log_monitor=)``, the switches behind
+    ``ray start --no-monitor --include-log-monitor``) and the head's ``Node.start_api_server``
+    are changed until the returned function is called. Returns None (nothing changed) for a Ray
+    without them."""
     import functools
     import inspect
 
-    from ray._private import parameter
+    from ray._private import node, parameter
 
     init = parameter.RayParams.__init__
     names = inspect.signature(init).parameters
     if "no_monitor" not in names or "include_log_monitor" not in names:
         return None
+    start_api = getattr(node.Node, "start_api_server", None)
+    if start_api is not None and not api_server:
+        node.Node.start_api_server = lambda self, *args, **kwargs: None
 
     @functools.wraps(init)
     def lean_init(self, *args, **kwargs):
@@ -537,6 +545,8 @@ def _lean_head(log_monitor: bool):
 
     def restore() -> None:
         parameter.RayParams.__init__ = init
+        if start_api is not None:
+            node.Node.start_api_server = start_api
 
     return restore
 
