@@ -46,3 +46,11 @@ def test_scoring_worker_modules_do_not_load_scipy(module):
     # tolerance matching of multi-column rows
     assert _loaded(module, ("scipy",)) == []
 
+
+
+def test_scoring_workers_and_sqlite_actors_do_not_load_duckdb():
+    # engine declarations are read everywhere; the duckdb module (~37 MiB RSS per process) only
+    # loads where a DuckDB connection is opened
+    code = ("polysql_ray.pipeline.actors; import polysql_ray.engines.registry as r; r.make_engine('sqlite'); "
+            "r.default_dialect('duckdb'); r.declared_engines()")
+    assert _loaded(code, ("duckdb",)) == []

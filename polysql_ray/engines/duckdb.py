@@ -27,7 +27,8 @@ from __future__ import annotations
 import re
 import threading
 
-import duckdb
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
@@ -36,6 +37,9 @@ from polysql_ray.engines.declaration import (
 )
 from polysql_ray.engines.embedded import EmbeddedEngine, RowCapExceeded, Unusable
 from polysql_ray.engines.identifiers import IdentifierRules
+
+if TYPE_CHECKING:
+    import duckdb
 
 #: Passed to ``duckdb.connect`` (cannot be changed afterwards once the config is locked).
 CONNECT_CONFIG: dict[str, object] = {
@@ -56,14 +60,17 @@ REFUSAL_MESSAGES: tuple[tuple[str, ExecStatus], ...] = (
     (r"configuration has been locked|Permission Error", ExecStatus.REJECTED),
 )
 
-#: DuckDB exception class -> status; checked in order with ``isinstance``; else RUNTIME.
-ERROR_TABLE: tuple[tuple[type, ExecStatus], ...] = (
-    (duckdb.InterruptException, ExecStatus.TIMEOUT),
-    (duckdb.PermissionException, ExecStatus.REJECTED),
-    (duckdb.ParserException, ExecStatus.SYNTAX),
-    (duckdb.CatalogException, ExecStatus.SCHEMA),
-    (duckdb.BinderException, ExecStatus.SCHEMA),
-    (duckdb.IOException, ExecStatus.UNAVAILABLE),
+#: DuckDB exception class (name in the ``duckdb`` module) -> status; checked in order with
+#: ``isinstance``; else RUNTIME. Names, not classes: this module is imported by every process that
+#: reads the engine declarations (scoring workers, SQLite actors), and ``duckdb`` (~37 MiB RSS) is
+#: imported only where a DuckDB connection is used.
+ERROR_TABLE: tuple[tuple[str, ExecStatus], ...] = (
+    ("InterruptException", ExecStatus.TIMEOUT),
+    ("PermissionException", ExecStatus.REJECTED),
+    ("ParserException", ExecStatus.SYNTAX),
+    ("CatalogException", ExecStatus.SCHEMA),
+    ("BinderException", ExecStatus.SCHEMA),
+    ("IOException", ExecStatus.UNAVAILABLE),
 )
 
 #: Rows per Arrow record batch while streaming a result.
@@ -85,6 +92,8 @@ BINDER_MESSAGES: tuple[tuple[str, ExecStatus], ...] = (
 def classify_error(exc: BaseException) -> ExecStatus:
     """Map a DuckDB exception to an :class:`ExecStatus`: binder/catalog messages via
     :data:`BINDER_MESSAGES`, then the class via :data:`ERROR_TABLE`, else RUNTIME."""
+    import duckdb
+
     if isinstance(exc, (duckdb.BinderException, duckdb.CatalogException)):
         msg = str(exc)
         for pattern, status in BINDER_MESSAGES:
@@ -93,8 +102,8 @@ def classify_error(exc: BaseException) -> ExecStatus:
     for pattern, status in REFUSAL_MESSAGES:
         if re.search(pattern, str(exc)):
             return status
-    for cls, status in ERROR_TABLE:
-        if isinstance(exc, cls):
+    for name, status in ERROR_TABLE:
+        if isinstance(exc, getattr(duckdb, name)):
             return status
     return ExecStatus.RUNTIME
 
@@ -133,8 +142,15 @@ class DuckDBEngine(EmbeddedEngine):
     denied_functions = frozenset()  # enable_external_access=false refuses file access itself
     prompt_rules = "duckdb.yaml"
     source_suffix = ".duckdb"
-    open_errors = (duckdb.Error,)
-    driver_errors = (duckdb.Error,)
+
+    @property
+    def open_errors(self) -> tuple[type[BaseException], ...]:
+        """``duckdb.Error`` (imported on first use, see :data:`ERROR_TABLE`)."""
+        import duckdb
+
+        return (duckdb.Error,)
+
+    driver_errors = open_errors
 
     def __init__(self, threads: int = 1, memory_limit: str = "2GB", max_temp_size: str = "1GB"):
         import tempfile
@@ -150,6 +166,8 @@ class DuckDBEngine(EmbeddedEngine):
         """The cached read-only, locked-configuration connection to ``location``."""
         con = self._conns.get(location)
         if con is None:
+            import duckdb
+
             con = duckdb.connect(location, read_only=True, config={
                 **CONNECT_CONFIG, "threads": self.threads, "memory_limit": self.memory_limit,
                 "temp_directory": self._temp_dir, "max_temp_directory_size": self.max_temp_size})
