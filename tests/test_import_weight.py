@@ -54,3 +54,11 @@ def test_scoring_workers_and_sqlite_actors_do_not_load_duckdb():
     code = ("polysql_ray.pipeline.actors; import polysql_ray.engines.registry as r; r.make_engine('sqlite'); "
             "r.default_dialect('duckdb'); r.declared_engines()")
     assert _loaded(code, ("duckdb",)) == []
+
+
+@pytest.mark.parametrize("module", ["polysql_ray.pipeline.driver", "polysql_ray.store.parquet",
+                                    "polysql_ray.store.generations"])
+def test_driver_does_not_load_pandas_before_it_reads_the_store(module):
+    # pyarrow.dataset imports pandas (~50 MiB RSS); a run over a fresh store reads no part file
+    # until its end
+    assert _loaded(module, ("pandas", "pyarrow.dataset")) == []

@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from typing import Iterable, Sequence
 
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from polysql_ray.generation.base import GenStatus, Prediction
@@ -105,6 +104,8 @@ class GenerationsStore:
         files = self.files(model)
         if not files:
             return GENERATION_SCHEMA.empty_table()
+        import pyarrow.dataset as pads  # on first read: it loads pandas (store/parquet.py)
+
         ds = pads.dataset([str(f) for f in files], format="parquet", schema=GENERATION_SCHEMA,
                           filesystem=self.location.fs)
         flt = pads.field("key").isin(list(set(keys))) if keys is not None else None

@@ -83,7 +83,6 @@ from typing import Iterable, Iterator, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -503,7 +502,11 @@ class ResultsStore:
         self.quarantined.append(loc.out(dest))
         return loc.out(dest)
 
-    def _dataset(self, files: list[PartPath], schema: pa.Schema | None = None) -> pads.Dataset:
+    def _dataset(self, files: list[PartPath], schema: pa.Schema | None = None):
+        """A pyarrow Dataset over ``files``. pyarrow.dataset is imported here, on first read:
+        it loads pandas (~50 MiB RSS), which a run over a fresh store never needs before its end."""
+        import pyarrow.dataset as pads
+
         return pads.dataset([str(f) for f in files], format="parquet", schema=schema,
                             filesystem=self.location.fs)
 
@@ -518,7 +521,7 @@ class ResultsStore:
             cells = list(set(cell_keys))
             if not cells:
                 return set()
-            flt = pads.field("cell_key").isin(cells)
+            flt = pc.field("cell_key").isin(cells)
         table = self._dataset(files).to_table(columns=["key"], filter=flt)
         return set(table.column("key").to_pylist())
 
@@ -545,7 +548,7 @@ class ResultsStore:
         if not files:
             schema = SCORE_SCHEMA if columns is None else pa.schema([SCORE_SCHEMA.field(c) for c in columns])
             return schema.empty_table()
-        flt = pads.field("cell_key").isin(list(set(cell_keys))) if cell_keys is not None else None
+        flt = pc.field("cell_key").isin(list(set(cell_keys))) if cell_keys is not None else None
         table = self._dataset(files, SCORE_SCHEMA).to_table(columns=columns, filter=flt)
         return dedup(table)
 
