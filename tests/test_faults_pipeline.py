@@ -214,6 +214,10 @@ def test_unset_address_starts_a_new_local_cluster():
     assert ray_init_kwargs({"ray": {"address": None}})["address"] == "local"
     assert ray_init_kwargs({"ray": {}})["address"] == "local"
     assert ray_init_kwargs({"ray": {"address": "auto"}})["address"] == "auto"
+    # raylet settings go to the run's own cluster only
+    sc = {"num_workers_soft_limit": 0}
+    assert ray_init_kwargs({"ray": {"system_config": sc}})["_system_config"] == sc
+    assert "_system_config" not in ray_init_kwargs({"ray": {"address": "auto", "system_config": sc}})
 
 
 def test_statement_that_crashes_its_engine_is_isolated_to_its_own_item(ray_session, tmp_path):
