@@ -60,6 +60,10 @@ def warehouse(name: str, workdir: Path, dataset: str = "hostile"):
 
     from tests.standins import bqemulator_server, fakesnow_server
 
+    if not SOURCE.exists():
+        import pytest
+
+        pytest.skip(f"shared data not found at {SOURCE} (set POLYSQL_SHARED)")
     workdir.mkdir(parents=True, exist_ok=True)
     src_file = workdir / "concert_singer.sqlite"
     shutil.copy(SOURCE, src_file)

@@ -497,8 +497,9 @@ def init_ray(cfg: dict) -> bool:
     """Start the run's own local Ray cluster, or join ``ray.address`` when set
     (:func:`ray_init_kwargs`). A local cluster gets a reaper (:data:`REAPER`): if the driver
     dies without shutting Ray down (``kill -9``), the cluster's processes go with it.
-    Returns True when this call connected Ray (the run then shuts it down when its work on the
-    cluster is done), False when Ray was already initialised in this process.
+    Returns True when this call started the run's own local cluster (the run shuts it down as
+    soon as its work on the cluster is done), False when it joined ``ray.address`` (the caller
+    may still use the connection) or Ray was already initialised in this process.
 
     With ``ray.lean_head`` (default true) a local cluster starts without the two head processes
     it has no use for (:func:`_lean_head`): about 160 MiB of RSS and 1 s of CPU less."""
@@ -515,7 +516,8 @@ def init_ray(cfg: dict) -> bool:
             restore()
     if kwargs["address"] == "local":
         _start_reaper()
-    return True
+        return True
+    return False
 
 
 def _lean_head(log_monitor: bool, api_server: bool = False):
@@ -653,9 +655,9 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
     store.write_run(run_id, run_manifest(cfg, grid, grid.policy), config_yaml)
     gen_stage = GenerationStage(GenerationsStore(cfg["results_dir"], cfg.get("store")))
     stats.generation = gen_stage.stats
-    connected = False  # this run connected Ray: it disconnects once the cluster's work is done
+    own_cluster = False  # this run started a local cluster: it is shut down once its work is done
     if any(m.get("generator") == "vllm" for m in grid.models):
-        connected = init_ray(cfg)  # vLLM actor pools live on the cluster the driver joins
+        own_cluster = init_ray(cfg)  # vLLM actor pools live on the cluster the driver joins
 
     t0 = time.perf_counter()
     # stored keys are read for ~100k questions at a time (a few MB of keys; fewer store scans)
@@ -666,7 +668,7 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
     try:
         with Progress(enabled=bool(cfg.get("progress", True)), console=console) as progress:
             if cells:
-                connected = init_ray(cfg) or connected
+                own_cluster = init_ray(cfg) or own_cluster
                 _check_fits(cfg, sorted({c.target_engine for c in cells}
                                         | {src.engine for c in cells for src in grid.sources[c.dataset]}))
                 # model generators start on the first cells while the copies are made
@@ -717,8 +719,8 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
         if feed is not None:
             feed.close()
         close_generators(grid.generators)
-        if connected:
-            # compaction and the EX table need no cluster: a local cluster's workers (~200 MiB
+        if own_cluster:
+            # compaction and the EX table need no cluster: the run's own workers (~200 MiB
             # each) are gone before the driver reads the store
             ray.shutdown()
         t0 = time.perf_counter()
