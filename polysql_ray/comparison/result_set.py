@@ -35,6 +35,10 @@ dual execution):
   maximum bipartite matching (scipy) on the tolerance relation (two-pointer for one float
   column; above :data:`BIPARTITE_CAP` cells, sorted pairing with flag ``tolerance_match_capped``).
 
+A predicted result set :func:`identical` to the gold's (same Arrow types, same values in the
+same order) is a ``match`` under every policy and is decided without canonicalising either
+table; only the gold-side flags (ties at the cut, unknown order keys) are still computed.
+
 Data-driven ambiguity flags on a failed comparison (the verdict is unchanged):
 ``duplicates`` (equal once repeated rows are dropped), ``decimal_scale`` (equal at the DECIMAL
 scale one side carries), ``collation`` (equal case-insensitively), ``null_order`` (an ORDER BY
