@@ -6,7 +6,7 @@ SciPy) behind the snapshot.
 """
 from __future__ import annotations
 
-import importlib
+from polysql_ray.lazy import lazy_exports
 
 _EXPORTS = {
     "console": ("print_views", "view_table"),
@@ -15,19 +15,5 @@ _EXPORTS = {
     "snapshot": ("Snapshot", "write_snapshot"),
     "views": ("View", "all_views", "leaderboard_view"),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

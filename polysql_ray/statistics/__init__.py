@@ -9,7 +9,7 @@ EX table uses :mod:`.ex` and :mod:`.load`) does not load statsmodels and SciPy's
 """
 from __future__ import annotations
 
-import importlib
+from polysql_ray.lazy import lazy_exports
 
 _EXPORTS = {
     "agreement": ("cohen_kappa_2x2", "difficulty_hierarchy", "mcnemar_test", "pairwise_dialects"),
@@ -20,19 +20,5 @@ _EXPORTS = {
     "taxonomy": ("JUDGE_LABELS", "RULES", "JudgeResult", "TaxonomyRule", "build_judge_prompt", "classify_row",
                  "error_taxonomy", "judge_error_class", "parse_judge_label"),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
