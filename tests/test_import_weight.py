@@ -62,3 +62,10 @@ def test_driver_does_not_load_pandas_before_it_reads_the_store(module):
     # pyarrow.dataset imports pandas (~50 MiB RSS); a run over a fresh store reads no part file
     # until its end
     assert _loaded(module, ("pandas", "pyarrow.dataset")) == []
+
+
+@pytest.mark.parametrize("module", ["polysql_ray.__main__", "polysql_ray.pipeline.summary"])
+def test_driver_loads_duckdb_only_for_the_ex_table(module):
+    # the EX table (DuckDB) is built after the run's own cluster is shut down: duckdb (~37 MiB
+    # RSS) is not in the driver while its workers are alive
+    assert _loaded(module, ("duckdb",)) == []

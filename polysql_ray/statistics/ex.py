@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-import duckdb
 import numpy as np
 
 from .load import CELL, SCORES_TABLE
+
+if TYPE_CHECKING:  # duckdb loads where a connection is opened (driver memory during a run)
+    import duckdb
 
 #: CI methods accepted by :func:`proportion_ci` (``bootstrap`` plus statsmodels' methods).
 CI_METHODS = ("wilson", "bootstrap", "beta", "agresti_coull", "jeffreys", "normal")

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
+if TYPE_CHECKING:  # duckdb loads where a connection is opened (driver memory during a run)
+    import duckdb
 
 #: Columns that identify one question inside one evaluation cell.
 ANALYSIS_KEY = ("model", "dataset", "dialect", "instruction_level", "question_id")
@@ -203,7 +205,10 @@ def load_scores(
     """
     loc = store_location(results_dir)
     files = store_files(results_dir) if files is None else files
-    con = con or duckdb.connect()
+    if con is None:
+        import duckdb
+
+        con = duckdb.connect()
     conds = []
     if policy_version is not None:
         conds.append("policy_version = " + sql_list([policy_version])[1:-1])
