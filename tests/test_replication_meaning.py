@@ -138,3 +138,28 @@ def test_two_runs_never_touch_each_others_replicas(target, tmp_path):
     finally:
         drop_replicas(a)
         drop_replicas(b)
+
+
+@pytest.mark.parametrize("target", ["duckdb", "postgres", "mysql"])
+def test_a_copied_results_folder_never_drops_the_originals_replicas(target, tmp_path):
+    """``cp -r`` of a results folder carries its manifests, which name the original's copies;
+    a run into the copy builds its own and leaves the original's in place (found by a new-user
+    review: the original's DuckDB files were deleted and its PostgreSQL databases dropped)."""
+    import shutil
+
+    a, b = tmp_path / "run_a" / "replicas", tmp_path / "run_b" / "replicas"
+    try:
+        ra = replicate(_src("pets_1"), target, a)
+        writer = get_writer(target)
+        fp = writer.fingerprint(ra.location)
+        shutil.copytree(a, b)
+        rb = replicate(_src("pets_1"), target, b)
+        assert rb.location != ra.location and not rb.reused
+        assert writer.fingerprint(ra.location) == fp != ""
+        assert replicate(_src("pets_1"), target, a).reused
+        c = tmp_path / "run_c" / "replicas"      # a copy, cleaned up: only its own copies go
+        shutil.copytree(a, c)
+        assert drop_replicas(c) == [] and writer.fingerprint(ra.location) == fp
+    finally:
+        drop_replicas(a)
+        drop_replicas(b)

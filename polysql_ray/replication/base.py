@@ -522,7 +522,7 @@ def replicate(source: SourceDatabase, target_engine: str, replicas_dir: Path | s
     mpath.parent.mkdir(parents=True, exist_ok=True)
     if mpath.exists():
         mpath.unlink()  # never leave a manifest that could vouch for a half-built copy
-    if old is not None and old.location and old.location != location:
+    if old is not None and old.location and old.location != location and _built_here(old, replicas_dir):
         writer.drop(old.location)  # this folder's own superseded copy
     tables, skipped = reader.read_schema(source, types=types)
     fresh.server_settings = server
@@ -547,6 +547,19 @@ def replicate(source: SourceDatabase, target_engine: str, replicas_dir: Path | s
     return Replica(target_engine, source.dataset, source.db_id, location, fresh, mpath, False)
 
 
+def _built_here(old: Manifest, replicas_dir: Path) -> bool:
+    """Whether ``old`` (a manifest found under ``replicas_dir``) names a copy this folder built:
+    a file inside this folder (embedded targets), or a server database / schema / dataset whose
+    name carries this folder's :meth:`Manifest.content_tag` (every server writer's
+    ``location_for`` names copies with it). A manifest that came with a copied results folder
+    (``cp -r``) names the other folder's copy, which is never dropped: at worst a copy is left
+    behind (an orphan), never another run's loss."""
+    rdir = Path(replicas_dir).resolve()
+    if os.path.isabs(old.location):
+        return Path(old.location).resolve().is_relative_to(rdir)
+    return old.content_tag(str(rdir)) in old.location
+
+
 def _carry_schema(writer: TargetWriter, location: str, tables: list[TableSpec], schema: str,
                   stored: str) -> str:
     """How references qualified with the source's ``schema`` resolve on the copy (the
@@ -560,8 +573,9 @@ def _carry_schema(writer: TargetWriter, location: str, tables: list[TableSpec], 
 
 
 def drop_replicas(replicas_dir: Path | str, settings: dict[str, dict] | None = None) -> list[str]:
-    """Drop every copy whose manifest lives under ``replicas_dir`` (server schemas/databases
-    included; nothing of another folder is touched) and delete the manifests.
+    """Drop every copy this folder built whose manifest lives under ``replicas_dir`` (server
+    schemas/databases included) and delete the manifests. A manifest copied in from another
+    folder names that folder's copy (:func:`_built_here`): its manifest is deleted, its copy kept.
 
     Args:
         replicas_dir: the folder ``replicate`` was given.
@@ -575,7 +589,7 @@ def drop_replicas(replicas_dir: Path | str, settings: dict[str, dict] | None = N
             m = Manifest.from_json(mpath.read_text())
         except Exception:  # noqa: BLE001 - an unreadable manifest vouches for nothing
             continue
-        if m.location:
+        if m.location and _built_here(m, Path(replicas_dir)):
             get_writer(m.target_engine, (settings or {}).get(m.target_engine)).drop(m.location)
             dropped.append(m.location)
         mpath.unlink()
