@@ -230,3 +230,21 @@ def test_mysql_session_vars_change_dialect_semantics(replicas):
     assert a.ok and b.ok
     x, y = a.table.column(0)[0].as_py(), b.table.column(0)[0].as_py()
     assert abs(float(x) - 1 / 3) > 1e-5 and abs(float(y) - 1 / 3) < 1e-12
+
+
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_one_outage_budget_however_many_refused_statements_come_between(name, replicas):
+    """A dropped copy is retried for ``retry_s`` once per outage. Statements the guard refuses
+    before they reach the server do not end the outage (they once renewed the budget, so every
+    missing-copy statement waited ``retry_s`` again)."""
+    from polysql_ray.pipeline.actors import ExecutionActor
+
+    loc = replicas[name].location
+    db = loc.split("/")[0]
+    gone = loc.replace(db, db + "_gone", 1)
+    actor = ExecutionActor(name, {"pool_size": 1}, {"timeout_s": 1.0, "row_cap": 50}, retry_s=1.0)
+    *out, stats = actor.execute_batch([(gone, "SELECT 1"), (loc, "DROP TABLE singer")] * 5)
+    assert [r.status for r in out] == [S.UNAVAILABLE, S.REJECTED] * 5
+    assert stats["retries"] <= 3, stats  # the first statement's budget only (10 before the fix)
+    assert actor.execute_one(loc, "SELECT count(*) FROM singer").status is S.OK  # ends the outage
+    assert actor._outage_since is None

@@ -74,12 +74,19 @@ class ExecutionActor:
 
     def execute_one(self, location: str, sql: str) -> ExecutionResult:
         """One statement, retrying an unavailable server with backoff within this outage's
-        budget (:attr:`retry_s`, shared by every statement of the actor while the outage lasts)."""
+        budget (:attr:`retry_s`, shared by every statement of the actor while the outage lasts).
+
+        An outage ends only when a statement runs (``OK``). A statement refused before it
+        reaches the server (the guard's ``rejected``/``empty``, the tokenizer's ``syntax``) proves
+        nothing about the server, and once renewed the budget by every such statement: a batch
+        mixing refused statements with ones for a dropped database waited ``retry_s`` per
+        statement instead of once (a 34-item run stalled for 12 minutes)."""
         delay = self.BACKOFF_S[0]
         while True:
             res = self._execute_one(location, sql)
-            if res.status is not ExecStatus.UNAVAILABLE:
+            if res.status is ExecStatus.OK:
                 self._outage_since = None
+            if res.status is not ExecStatus.UNAVAILABLE:
                 return res
             now = time.monotonic()
             if self._outage_since is None:
