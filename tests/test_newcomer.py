@@ -42,6 +42,23 @@ def test_progress_is_silent_when_disabled_and_throttled_by_interval():
     assert buf.getvalue().count("\n") == 1 and "score 1000/1000" in buf.getvalue()
 
 
+def test_a_stalled_run_keeps_reporting_where_it_is_stuck():
+    """tick() (called by the scheduler while it waits) prints the line even when nothing
+    advanced: a stalled run is visibly alive and shows the counts it is stuck at."""
+    buf = io.StringIO()
+    with Progress(console=Console(file=buf, force_terminal=False, width=200), interval_s=0) as p:
+        p.add("execute [postgres]", 34)
+        p.tick()
+        p.tick()
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 3 and all("execute [postgres] 0/34" in ln for ln in lines)
+    buf = io.StringIO()
+    with Progress(console=Console(file=buf, force_terminal=False), interval_s=3600) as p:
+        p.add("score", 5)
+        p.tick()
+    assert buf.getvalue().count("\n") == 1  # only the final line: throttled by interval_s
+
+
 def test_ex_table_prints_a_legend_and_the_gold_note():
     names = [c for c, _, _ in COLUMNS]
     row = {c: (None if c.startswith("ex") and c != "exec_errors" else 1) for c in names}

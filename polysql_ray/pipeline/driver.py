@@ -698,6 +698,7 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
                         # while the model generates this cell, earlier cells keep executing and scoring
                         preds = feed.predictions(cell, timeout=0)
                         while preds is None:
+                            progress.tick()  # the log shows a run waiting on its generator
                             if sched.busy():
                                 sched.step(timeout=0.2)
                             preds = feed.predictions(cell, timeout=0 if sched.busy() else 0.5)

@@ -5,8 +5,9 @@ the console is not a terminal (CI logs, ``ray job submit``, ``nohup``) a single 
 
     progress 42s | replicate 20/20 | exec duckdb 1100/2068 | score 512/4136
 
-is printed at most every ``interval_s`` seconds while work advances, plus one final line when
-the run ends, so a log shows that the run is alive without drawing bars into it.
+is printed every ``interval_s`` seconds (on an advance, or on :meth:`Progress.tick` while the run
+waits: a stalled run keeps reporting the counts it is stuck at), plus one final line when the
+run ends, so a log shows that the run is alive without drawing bars into it.
 """
 from __future__ import annotations
 
@@ -80,6 +81,17 @@ class Progress:
         if not self.enabled or not 0 <= task < len(self._tasks):
             return
         self._tasks[task][1] += n
+        now = time.monotonic()
+        if now - self._last >= self.interval_s:
+            self._last = now
+            self._line()
+
+    def tick(self) -> None:
+        """Print the one-line report when ``interval_s`` has passed since the last one, whether
+        or not work advanced (the scheduler calls this at least every few seconds while it
+        waits). No-op on a terminal (the bars show elapsed time) or when disabled."""
+        if self._p or not self.enabled or not self._tasks:
+            return
         now = time.monotonic()
         if now - self._last >= self.interval_s:
             self._last = now

@@ -272,6 +272,7 @@ class Scheduler:
             else:
                 self._proof_done(ref)
         self.writer.tick()
+        self.progress.tick()
         self._pump()
 
     def _pump(self) -> None:
