@@ -165,3 +165,16 @@ def test_registry_errors_and_pkg_paths(tmp_path):
     gen = make_generator({"name": "rewritten", "generator": "replay",
                           "predictions": "pkg:polysql_ray.quickstart/data/rewritten.jsonl"})
     assert gen.n_predictions == 34
+
+
+def test_a_file_longer_than_the_dataset_is_refused_even_when_partial(tmp_path):
+    """allow_partial scores missing answers as 'missing'; extra lines mean the file is out of
+    line with the dataset, which allow_partial must not hide. Blank lines at the end are fine."""
+    f = tmp_path / "p.sql"
+    f.write_text("SELECT 0\nSELECT 1\nSELECT 2\nSELECT 3\n")
+    for partial in (False, True):
+        with pytest.raises(ReplayError, match=r"has 4 lines but the dataset has 3 examples; .*line 4 on"):
+            ReplayGenerator("m", f, allow_partial=partial).generate(_examples(3), "sqlite", "none")
+    f.write_text("SELECT 0\nSELECT 1\nSELECT 2\n\n  \n")
+    assert [p.pred_sql for p in ReplayGenerator("m", f).generate(_examples(3), "sqlite", "none")] == \
+        ["SELECT 0", "SELECT 1", "SELECT 2"]

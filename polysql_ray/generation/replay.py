@@ -136,6 +136,13 @@ class ReplayGenerator:
     def _align_lines(self, examples: Sequence[Example]) -> list[_Row | None]:
         n = len(self._lines)
         expected = max((int(e.extra.get("dataset_size", 0) or 0) for e in examples), default=0) or len(examples)
+        if n > expected and not any(line.strip() for line in self._lines[expected:]):
+            n = expected  # blank lines at the end of the file answer nothing
+        if n > expected:  # allow_partial covers missing answers, never a file out of line
+            raise ReplayError(
+                f"prediction file {self.path} has {n} lines but the dataset has {expected} examples; "
+                f"one SQL per line in dataset order is required: line {expected + 1} on has no "
+                "question to answer (is the file for another dataset or split?)")
         if n != expected and not self.allow_partial:
             raise ReplayError(
                 f"prediction file {self.path} has {n} lines but the dataset has {expected} examples; "
