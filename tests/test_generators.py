@@ -157,7 +157,7 @@ def test_gold_generator(spider):
 def test_registry_errors_and_pkg_paths(tmp_path):
     with pytest.raises(GeneratorConfigError, match=r"unknown generator 'vlm'; known generators: gold, hf, openai, replay, vllm"):
         make_generator({"name": "m", "generator": "vlm"})
-    with pytest.raises(ReplayError, match=r"needs 'predictions: PATH'"):
+    with pytest.raises(ReplayError, match=r"needs a prediction file: set model.predictions=PATH"):
         make_generator({"name": "m", "generator": "replay"})
     with pytest.raises(ReplayError, match=r"nothere\.sql for model 'm' does not exist"):
         make_generator({"name": "m", "generator": "replay", "predictions": str(tmp_path / "nothere.sql")})
@@ -178,3 +178,10 @@ def test_a_file_longer_than_the_dataset_is_refused_even_when_partial(tmp_path):
     f.write_text("SELECT 0\nSELECT 1\nSELECT 2\n\n  \n")
     assert [p.pred_sql for p in ReplayGenerator("m", f).generate(_examples(3), "sqlite", "none")] == \
         ["SELECT 0", "SELECT 1", "SELECT 2"]
+
+
+def test_replay_without_a_file_or_with_a_folder_says_what_to_set(tmp_path):
+    with pytest.raises(ReplayError, match=r"needs a prediction file: set model.predictions=PATH"):
+        ReplayGenerator.from_config({"name": "m", "generator": "replay", "predictions": "???"})
+    with pytest.raises(ReplayError, match=r"is a folder, not a file"):
+        ReplayGenerator("m", tmp_path)

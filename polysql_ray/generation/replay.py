@@ -75,7 +75,8 @@ class ReplayGenerator:
         self.model = model
         self.path = resolve_path(predictions)
         if not self.path.is_file():
-            raise ReplayError(f"prediction file {self.path} for model {model!r} does not exist")
+            what = "is a folder, not a file" if self.path.is_dir() else "does not exist"
+            raise ReplayError(f"prediction file {self.path} for model {model!r} {what}")
         self.allow_partial = bool(allow_partial)
         self.strip_semicolon = bool(strip_semicolon)
         data = self.path.read_bytes()
@@ -103,8 +104,9 @@ class ReplayGenerator:
     def from_config(cls, cfg: Mapping[str, Any]) -> "ReplayGenerator":
         """From a model config: ``{name, generator: replay, predictions, format?,
         allow_partial?, strip_semicolon?, encoding?}``."""
-        if not cfg.get("predictions"):
-            raise ReplayError(f"model {cfg.get('name')!r}: generator 'replay' needs 'predictions: PATH'")
+        if not cfg.get("predictions") or str(cfg["predictions"]) == "???":  # "???": Hydra's unset value
+            raise ReplayError(f"model {cfg.get('name')!r}: generator 'replay' needs a prediction file: "
+                              f"set model.predictions=PATH (one SQL per line, or JSONL)")
         return cls(str(cfg["name"]), str(cfg["predictions"]), format=cfg.get("format", "auto"),
                    allow_partial=bool(cfg.get("allow_partial", False)),
                    strip_semicolon=bool(cfg.get("strip_semicolon", True)),
