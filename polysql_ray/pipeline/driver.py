@@ -501,8 +501,9 @@ def init_ray(cfg: dict) -> bool:
     soon as its work on the cluster is done), False when it joined ``ray.address`` (the caller
     may still use the connection) or Ray was already initialised in this process.
 
-    With ``ray.lean_head`` (default true) a local cluster starts without the two head processes
-    it has no use for (:func:`_lean_head`): about 160 MiB of RSS and 1 s of CPU less."""
+    With ``ray.lean_head`` (default true) a local cluster starts without the head processes it
+    has no use for (:func:`_lean_head`: monitor, log monitor, dashboard API server): about
+    260 MiB of RSS and 1 s of CPU less."""
     if ray.is_initialized():
         return False
     kwargs = ray_init_kwargs(cfg)
