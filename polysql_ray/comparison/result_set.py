@@ -378,33 +378,39 @@ def _tie_groups(gold: pa.Table, shape: GoldShape, probe: pa.Table | None,
         if "order_keys_unknown" not in flags:
             flags.append("order_keys_unknown")
         return strict, None, False
+    at_cut = src is probe and shape.limit is not None and n == shape.limit and probe.num_rows > n
     if flags_only:
-        if src is probe and shape.limit is not None and n == shape.limit and probe.num_rows > n:
-            cut = _key_matrix(probe.slice(n - 1), keys, policy)  # rows n-1 .. end of the probe
-            if _same(cut[1], cut[0]):
-                flags.append("ties_at_limit")
-                if policy.ties_at_limit == "lenient" and policy.ties == "multiset" and \
-                        probe.num_rows >= shape.limit + TIE_WINDOW and _same(cut, cut[0]).all():
-                    flags.append("ties_truncated")
+        if at_cut:  # keys of probe rows n-1 .. end only
+            _cut_flags(_key_matrix(probe.slice(n - 1), keys, policy), probe.num_rows, shape, policy, flags)
         return strict, None, False
     K = _key_matrix(src, keys, policy)
     null_keys = bool((K[:, ::2] == NULL_CODE).any())
     groups = np.concatenate([[0], np.cumsum(~_same(K[1:n], K[:n - 1]))]).astype(np.int64)
     if policy.ties == "positional":
         groups = strict
-    if src is probe and shape.limit is not None and n == shape.limit and probe.num_rows > n \
-            and _same(K[n], K[n - 1]):
-        flags.append("ties_at_limit")
-        if policy.ties_at_limit == "lenient" and policy.ties == "multiset":
-            s = int(np.searchsorted(groups, groups[-1]))
-            tail = _same(K[s:], K[n - 1])
-            end = s + (int(np.argmin(tail)) if not tail.all() else len(tail))
-            truncated = bool(tail.all()) and probe.num_rows >= shape.limit + TIE_WINDOW
-            if truncated:
-                flags.append("ties_truncated")
-            return groups, (s, probe.slice(s, end - s).select(list(range(gold.num_columns))),
-                            truncated), null_keys
+    tied, truncated = _cut_flags(K[n - 1:], probe.num_rows, shape, policy, flags) if at_cut else (False, False)
+    if tied and policy.ties_at_limit == "lenient" and policy.ties == "multiset":
+        s = int(np.searchsorted(groups, groups[-1]))
+        tail = _same(K[s:], K[n - 1])
+        end = s + (int(np.argmin(tail)) if not tail.all() else len(tail))
+        return groups, (s, probe.slice(s, end - s).select(list(range(gold.num_columns))), truncated), null_keys
     return groups, None, null_keys
+
+
+def _cut_flags(cut: np.ndarray, probe_rows: int, shape: GoldShape, policy: ComparisonPolicy,
+               flags: list[str]) -> tuple[bool, bool]:
+    """Flags of an ``ORDER BY ... LIMIT k`` cut, from ``cut``: the key matrix of the probe's rows
+    ``k-1`` to its end. ``ties_at_limit`` when row ``k`` ties with row ``k-1``; then, under
+    lenient multiset ties, ``ties_truncated`` when every row to the end of a full probe window
+    (``k + TIE_WINDOW`` rows) ties too. Returns ``(tied, truncated)``, the two flags' values."""
+    if not _same(cut[1], cut[0]):
+        return False, False
+    flags.append("ties_at_limit")
+    truncated = bool(policy.ties_at_limit == "lenient" and policy.ties == "multiset"
+                     and probe_rows >= shape.limit + TIE_WINDOW and _same(cut, cut[0]).all())
+    if truncated:
+        flags.append("ties_truncated")
+    return True, truncated
 
 
 def _not_tied(ctx: _Ctx, mapping: tuple[int, ...], tied: pa.Table, idx: np.ndarray) -> np.ndarray:
@@ -509,7 +515,7 @@ def identical(gold: pa.Table, pred: pa.Table) -> bool:
     such columns take the full comparison). Names are ignored: result-set comparison never
     reads them."""
     return gold.num_rows == pred.num_rows and gold.num_columns == pred.num_columns and all(
-        g.type == p.type and g.equals(p) for g, p in zip(gold.columns, pred.columns))
+        g.equals(p) for g, p in zip(gold.columns, pred.columns))
 
 
 def _identical_match(gold: pa.Table, shape: GoldShape, policy: ComparisonPolicy, probe: pa.Table | None,

@@ -122,7 +122,7 @@ def _nullable_str(x: str | None) -> str | None:
 
 
 @ray.remote
-def score_batch(items: list[dict], result_refs: list, policy, limits: dict | None = None) -> pa.Table:
+def score_batch(items: list[dict], result_refs: list, policy) -> pa.Table:
     """Score one batch of predictions with :func:`polysql_ray.comparison.verdict.decide` (the
     one decision path, shared with ``score_sql``).
 
@@ -133,7 +133,9 @@ def score_batch(items: list[dict], result_refs: list, policy, limits: dict | Non
             ``_gold_dialect`` and ``_structural``.
         result_refs: ObjectRefs of ExecutionResults (nested, so fetched here, once each).
         policy: the run's :class:`ComparisonPolicy` object (built once by the driver).
-        limits: the run's sandbox limits as a mapping (``max_bytes`` is enforced on results).
+
+    The results arrive with the run's limits already applied (:meth:`ExecutionActor._execute_one`
+    enforces ``max_bytes`` on every result it returns), so they are not checked again here.
 
     Returns: an Arrow table with SCORE_SCHEMA, one row per item, same order.
     """
@@ -141,10 +143,7 @@ def score_batch(items: list[dict], result_refs: list, policy, limits: dict | Non
     from polysql_ray.comparison.verdict import Pair, decide, rows_of
     from polysql_ray.engines.registry import default_dialect
 
-    lim = Limits(**limits) if limits else None
     results = ray.get(list(result_refs)) if result_refs else []
-    if lim is not None:  # once per fetched result (a gold serves many items), not per use
-        results = [lim.enforce(r) for r in results]
     now = dt.datetime.now(dt.timezone.utc)
     rows = []
     for it in items:
@@ -159,7 +158,7 @@ def score_batch(items: list[dict], result_refs: list, policy, limits: dict | Non
         pair = Pair(executed_sql(it["gold_sql"], gold_dialect, policy),
                     executed_sql(it["pred_sql"] or "", pred_dialect, policy),
                     gold_dialect, pred_dialect, it["source_engine"], it["target_engine"])
-        v = decide(it["_gen_status"], gold, probe, pred, it["_shape"], policy, None,  # limits enforced above
+        v = decide(it["_gen_status"], gold, probe, pred, it["_shape"], policy, None,  # limits: by the actor
                    gold_error=it["_gold_error"], proven=structural == "equivalent", pair=pair, ties_probe=ties)
         score_s = time.perf_counter() - t0
         row = {k: v_ for k, v_ in it.items() if not k.startswith("_")}

@@ -368,7 +368,7 @@ class Scheduler:
             index = {d: i for i, d in enumerate(deps)}
             metas = [_item_meta(it, index, self.run_id) for it in batch]
             ref = score_batch.options(num_cpus=self.score_cpus).remote(
-                metas, [refs[d] for d in deps], self.policy, self.limits)
+                metas, [refs[d] for d in deps], self.policy)
             self.score_inflight[ref] = b
             self.batch_refs[b] = {}  # the scoring task holds the refs now
             self.clock.start("score")
