@@ -323,6 +323,7 @@ class ClickHouseEngine(EmbeddedEngine):
     connection = ConnectionBehaviour("per-limits")
     prompt_rules = "clickhouse.yaml"
     driver_errors = (Exception,)  # chdb raises plain exceptions whose message has "Code: N"
+    product = ("ClickHouse (chdb, in-process)", "chdb")
 
     def __init__(self, join_use_nulls: int = 1, max_memory_usage: int = 2_000_000_000,
                  max_threads: int = 1, host: str | None = None, **server):
@@ -337,6 +338,10 @@ class ClickHouseEngine(EmbeddedEngine):
             self._server = ClickHouseServerEngine({"host": host, **server}, {**self.semantic, **self.resources})
         elif server:
             raise TypeError(f"unexpected clickhouse settings {sorted(server)} (server settings need host)")
+
+    def identity(self) -> dict:
+        """chdb's version, or the server's (``ClickHouseServerEngine.identity``) on the server path."""
+        return self._server.identity() if self._server is not None else super().identity()
 
     def _reader(self, limits: Limits):
         import chdb
