@@ -159,6 +159,10 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
         datasets[name], sources[name] = examples, srcs
     identities, source_fps = run_identities(cfg, dialects, sources)
     generators = {m["name"]: make_generator(m) for m in model_cfgs}
+    for gen in generators.values():  # prediction files out of line: one line now, before Ray starts
+        if callable(getattr(gen, "check", None)):
+            for ds, examples in datasets.items():
+                gen.check(examples, dialects)
     cells = []
     for m in model_cfgs:
         gen = generators[m["name"]]
