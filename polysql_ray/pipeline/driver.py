@@ -46,7 +46,7 @@ import ray
 
 from polysql_ray.datasets.example import Example, SourceDatabase
 from polysql_ray.engines.base import Limits
-from polysql_ray.errors import server_hint
+from polysql_ray.errors import ConfigError, root_message, server_hint
 from polysql_ray.generation.base import GenStatus, Prediction
 from polysql_ray.pipeline.plan import Cell, ExecRequest, WorkItem, exec_key
 from polysql_ray.pipeline.progress import Progress
@@ -56,10 +56,6 @@ from polysql_ray.store.parquet import ResultsStore, cell_key, score_key
 log = logging.getLogger("polysql_ray")
 
 SCHEDULING_KEYS = ("actors", "num_cpus", "num_gpus", "resources", "exec_cost_ms")  # not engine settings
-
-
-class ConfigError(ValueError):
-    """The composed configuration cannot be run; the message names the key to fix."""
 
 
 @dataclass
@@ -396,7 +392,7 @@ def replicate(grid: Grid, cells: list[Cell], cfg: dict, progress: Progress, stat
             stats.replicas_reused += bool(replica.reused)
         except Exception as exc:  # noqa: BLE001 — reported with the database named
             stats.failed_replicas.add(key)
-            errors.append(f"replicating {key[0]}/{key[1]} into {key[2]} failed: {_root_message(exc)}"
+            errors.append(f"replicating {key[0]}/{key[1]} into {key[2]} failed: {root_message(exc)}"
                           f"{server_hint(key[2], str(exc))}")
         progress.advance(task)
     stats.replicas = len(locations)
@@ -405,13 +401,6 @@ def replicate(grid: Grid, cells: list[Cell], cfg: dict, progress: Progress, stat
         clock.end("replicate")
     stats.errors.extend(_fold(errors))
     return locations
-
-
-def _root_message(exc: BaseException) -> str:
-    """The engine's own message on one line (every line kept: the first names host and port)."""
-    cause = getattr(exc, "cause", None)
-    lines = [ln.strip() for ln in str(cause if cause is not None else exc).strip().splitlines() if ln.strip()]
-    return " ".join(lines)[:600]
 
 
 def _fold(errors: list[str], keep: int = 3) -> list[str]:
