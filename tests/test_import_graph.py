@@ -12,6 +12,7 @@ floors that ``farm-studio look`` draws, from the bottom up.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = "polysql_ray"
@@ -127,12 +128,18 @@ def upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     return sorted((a, b) for a, targets in graph.items() for b in targets if layer_of(b) > layer_of(a))
 
 
+@functools.lru_cache(maxsize=1)
+def house() -> dict[str, set[str]]:
+    """The import graph of ``polysql_ray/`` (read once per session)."""
+    return import_graph()
+
+
 def test_the_graph_is_read():
     """The reader sees the imports the code makes (a reader that saw none would pass anything)."""
-    graph = import_graph()
+    graph = house()
     assert len(graph) > 100
     assert f"{PACKAGE}.pipeline.scheduler" in graph[f"{PACKAGE}.pipeline.driver"]
-    # a function-level import is an arrow too (driver.run_sweep imports the generation stage)
+    # a function-level import is an arrow too (driver._run_locked imports the generation stage)
     assert f"{PACKAGE}.pipeline.generate" in graph[f"{PACKAGE}.pipeline.driver"]
     assert f"{PACKAGE}.engines.base" in graph[f"{PACKAGE}.engines.sqlite"]
 
@@ -152,14 +159,14 @@ def test_the_checks_catch_a_circle_and_an_arrow_up(tmp_path):
 
 
 def test_no_import_circles():
-    found = cycles(import_graph())
+    found = cycles(house())
     print(f"import circles: {len(found)}")
     assert not found, "import circles (move the shared names down, not into a function): " + "; ".join(
         " <-> ".join(c) for c in found)
 
 
 def test_no_imports_back_up():
-    graph = import_graph()
+    graph = house()
     for mod in graph:
         layer_of(mod)  # every room is placed in a layer
     found = upward(graph)
