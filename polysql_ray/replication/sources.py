@@ -16,7 +16,7 @@ from polysql_ray.replication.base import ReplicationError
 
 #: install kind -> "module:function(source, argument, settings)".
 INSTALLERS: dict[str, str] = {
-    "spiderman": "polysql_ray.datasets.spiderman:install_for_source",
+    "spiderman": "polysql_ray.replication.spiderman_source:install_for_source",
     "pg_dump": "polysql_ray.replication.postgres_source:install_dump",
 }
 
@@ -24,7 +24,7 @@ INSTALLERS: dict[str, str] = {
 #: install kind -> "module:function(source, argument) -> str": the content fingerprint of what
 #: the installer would install (read before anything is installed: part of every score key).
 INSTALL_FINGERPRINTS: dict[str, str] = {
-    "spiderman": "polysql_ray.datasets.spiderman:install_fingerprint",
+    "spiderman": "polysql_ray.replication.spiderman_source:install_fingerprint",
     "pg_dump": "polysql_ray.replication.sources:file_fingerprint",
 }
 
