@@ -216,11 +216,12 @@ class PostgresReader:
     _schema = schema_name
 
     def _schemas(self, conn, source: SourceDatabase) -> list[str]:
-        """The schemas read: the home schema first, then (``<database>/<schema>`` locations)
-        every other user schema of the database, by name."""
+        """The schemas read: the home schema first, then (``<database>/<schema>`` locations whose
+        home schema exists) every other user schema of the database, by name."""
         home = self._schema(source)
-        if "/" not in source.location:
-            return [home]
+        if "/" not in source.location or conn.execute(
+                "SELECT 1 FROM pg_namespace WHERE nspname = %s", [home]).fetchone() is None:
+            return [home]  # a bare schema, or a location whose home schema is not there
         return [home] + [r[0] for r in conn.execute(
             "SELECT nspname FROM pg_namespace WHERE nspname <> ALL(%s) AND nspname NOT LIKE 'pg\\_%%' "
             "AND nspname <> 'information_schema' ORDER BY nspname", [[home]])]
