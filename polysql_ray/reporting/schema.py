@@ -38,6 +38,7 @@ TABLES = {
                         "before a function's parenthesis the server refuses, count ( * )), identifier_case "
                         "(a name that exists in the source only in another case).",
     "judges": "Each judge's identity: generator, model id, revision, fingerprint, stand-in (empty = real).",
+    "native_gold_agreement": "Share of independently written native gold called correct, per (dataset, dialect).",
 }
 
 #: Meaning of fields that recur across tables.

@@ -76,6 +76,9 @@ class Statistics:
         format_artefacts: per cell, failures flagged as format artefacts (``fn_space``:
             ``count ( * )`` refused by the server's sql_mode; ``identifier_case``: a name that
             exists only in another case) (:func:`~polysql_ray.statistics.artefacts.format_artefacts`).
+        native_gold_agreement: per (dataset, dialect) the share of independently written native
+            gold the evaluator calls correct (``jobs.fidelity step=native``;
+            :func:`polysql_ray.statistics.native_gold.read_agreement`); empty until it has run.
     """
 
     load: LoadSummary
@@ -101,6 +104,7 @@ class Statistics:
     provenance: list[dict] = field(default_factory=list)
     judges: list[dict] = field(default_factory=list)
     format_artefacts: list[dict] = field(default_factory=list)
+    native_gold_agreement: list[dict] = field(default_factory=list)
 
     def tables(self) -> dict[str, list[dict]]:
         """The tables by name (everything except ``load`` and ``config``)."""
@@ -156,6 +160,10 @@ def compute_statistics(results_dir: str | Path, config: StatsConfig = StatsConfi
         con.close()
     st.gold_portability = gold_portability(results_dir, config)
     st.judges = judge_provenance(results_dir)
+    from polysql_ray.statistics.native_gold import read_agreement
+
+    st.native_gold_agreement = [{"dataset": ds, "dialect": d, "agreement": a}
+                                for ds, by in read_agreement(results_dir).items() for d, a in sorted(by.items())]
     return st
 
 
