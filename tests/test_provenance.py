@@ -359,3 +359,9 @@ def test_a_short_prediction_file_is_refused_when_the_grid_is_built(tmp_path):
         _grid(tmp_path, "dialects=[duckdb]", "model=replay", f"model.predictions={preds}")
     preds.write_text("SELECT 1\nSELECT 2\n")
     assert len(_grid(tmp_path, "dialects=[duckdb]", "model=replay", f"model.predictions={preds}").cells) == 1
+
+
+def test_an_unreachable_servers_key_does_not_follow_its_message():
+    a = {"engine": "mysql", "product": "mysql", "version": "", "standin": "", "settings": {}, "unreachable": "t=1.2s"}
+    assert identity_fingerprint(a) == identity_fingerprint({**a, "unreachable": "t=3.4s"})
+    assert identity_fingerprint(a) != identity_fingerprint({k: v for k, v in a.items() if k != "unreachable"})

@@ -107,11 +107,12 @@ def engine_identity(name: str, settings: dict | None = None) -> dict:
 
 def identity_fingerprint(identity: dict) -> str:
     """16 hex digits over an :func:`engine_identity` without its ``endpoint`` (two servers
-    of the same product, version and settings give the same results)."""
+    of the same product, version and settings give the same results) and with only the fact
+    of ``unreachable``, not its text (a message that varies must not move the key)."""
     import hashlib
     import json
 
-    kept = {k: v for k, v in identity.items() if k != "endpoint"}
+    kept = {k: (True if k == "unreachable" else v) for k, v in identity.items() if k != "endpoint"}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
