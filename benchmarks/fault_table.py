@@ -317,7 +317,7 @@ def main() -> None:
         env = None
         mounted = False
         if args.fault_inject:
-            env = {"POLYSQL_FAULT": "store.write:ENOSPC:4"}  # manifest, config, 2 parts, then full
+            env = {"POLYSQL_FAULT": "store.write:ENOSPC:5"}  # probe, manifest, config, 2 parts, then full
         else:
             subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)], check=True)
             mounted = True

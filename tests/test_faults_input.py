@@ -331,3 +331,24 @@ def test_secrets_given_to_a_run_are_absent_from_every_stored_file_and_log_line(t
         assert secret not in out.stdout + out.stderr, secret
         leaks = [str(p) for p, t in texts.items() if secret in t]
         assert not leaks, (secret, leaks)
+
+
+@pytest.mark.slow
+def test_an_over_long_prediction_is_stored_cut_in_a_run(ray_session, tmp_path):
+    import json
+
+    from polysql_ray.pipeline.driver import run
+    from polysql_ray.store.parquet import ResultsStore
+
+    lines = (REPO / "polysql_ray/quickstart/data/rewritten.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["pred_sql"] = "SELECT 1 " + "-- padding\n" * 20_000  # ~220 KB, the sandbox refuses it
+    lines[0] = json.dumps(first)
+    pfile = tmp_path / "preds.jsonl"
+    pfile.write_text("\n".join(lines) + "\n")
+    run(*compose(["progress=false", "model=replay", f"model.predictions={pfile}", "limits.max_sql_chars=1000",
+                  f"results_dir={tmp_path / 'r'}", "dialects=[sqlite]"]))
+    row = [r for r in ResultsStore(tmp_path / "r").read().to_pylist() if r["question_id"] == first["question_id"]][0]
+    assert row["pred_status"] == "rejected" and "limits.max_sql_chars=1000" in row["pred_error"]
+    said = re.search(r"truncated: (\d+) characters in all", row["pred_sql"])
+    assert len(row["pred_sql"]) < 1100 and said and int(said.group(1)) >= len(first["pred_sql"].strip())

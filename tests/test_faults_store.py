@@ -275,12 +275,12 @@ def _cli(*args: str, cwd, env: dict | None = None):
 
 @pytest.mark.slow
 def test_a_results_dir_that_fills_mid_run_ends_with_one_line_and_a_rerun_finishes(tmp_path):
-    """The disk fills after the run's manifest, config and first part (an ENOSPC injected at the
-    store's write point, ``POLYSQL_FAULT``): the run ends with one error line and exit 2, the
-    folder holds only whole parts, and a rerun scores exactly what is missing."""
+    """The disk fills after the write probe, the run's manifest, config and first two parts (an
+    ENOSPC injected at the store's write point, ``POLYSQL_FAULT``): the run ends with one error
+    line and exit 2, the folder holds only whole parts, and a rerun scores exactly what is missing."""
     r = tmp_path / "r"
     args = (f"results_dir={r}", "dialects=[sqlite,duckdb]", "pipeline.flush_rows=8", "pipeline.score_batch_size=8")
-    out = _cli(*args, cwd=tmp_path, env={"POLYSQL_FAULT": "store.write:ENOSPC:3"})
+    out = _cli(*args, cwd=tmp_path, env={"POLYSQL_FAULT": "store.write:ENOSPC:5"})
     assert out.returncode == 2, out.stderr[-3000:]
     errors = [ln for ln in out.stderr.splitlines() if ln.startswith("polysql_ray: error:")]
     assert len(errors) == 1 and "No space left on device" in errors[0] and "rerun" in errors[0], out.stderr[-3000:]
