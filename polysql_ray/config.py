@@ -187,6 +187,30 @@ SETTINGS: dict[str, tuple[str, float | None, bool]] = {
     "engines.*.threads": ("int", 1, True),
 }
 
+#: The same for a model's config (``model.*`` and each mapping of ``sweep.models``); every other
+#: scalar of ``conf/model/*.yaml`` keeps the type of its default.
+MODEL_SETTINGS: dict[str, tuple[str, float | None, bool]] = {
+    "concurrency": ("int", 1, True),
+    "batch_size": ("int", 1, True),
+    "num_actors": ("int", 1, True),
+    "tensor_parallel_size": ("int", 1, True),
+    "max_model_len": ("int", 1, True),
+    "sample_rows": ("int", 0, True),
+    "gpu_memory_utilization": ("number", 0, False),
+    "allow_partial": ("bool", None, True),
+    "system_role": ("bool", None, True),
+    "format": ("choice:auto|lines|jsonl", None, True),
+    "retry.max_retries": ("int", 0, True),
+    "retry.backoff_s": ("number", 0, True),
+    "retry.backoff_max_s": ("number", 0, True),
+    "retry.jitter": ("number", 0, True),
+    "retry.timeout_s": ("number", 0, False),
+    "sampling.temperature": ("number", 0, True),
+    "sampling.top_p": ("number", 0, False),
+    "sampling.max_tokens": ("int", 1, True),
+    "sampling.seed": ("int?", 0, True),
+}
+
 _KIND_WORDS = {"int": "a whole number", "int?": "a whole number or null", "number": "a number",
                "bool": "true or false", "str": "a non-empty text"}
 
@@ -228,14 +252,24 @@ def _default_kinds() -> dict[str, str]:
     of ``conf/engine/<name>.yaml`` as ``engines.*.<key>`` (interpolations and nulls skipped)."""
     out: dict[str, str] = {}
 
-    def walk(node, prefix: str) -> None:
+    def walk_into(node, prefix: str, into: dict) -> None:
         for k, v in node.items():
             key = f"{prefix}{k}"
             if isinstance(v, dict):
-                walk(v, key + ".")
+                walk_into(v, key + ".", into)
             elif _kind_of(v) is not None:
-                out[key] = _kind_of(v)
+                into[key] = _kind_of(v)
 
+    def walk(node, prefix: str) -> None:
+        walk_into(node, prefix, out)
+
+    models: dict[str, str | None] = {}
+    for path in sorted((CONF_DIR / "model").glob("*.yaml")):
+        found: dict[str, str] = {}
+        walk_into(OmegaConf.to_container(OmegaConf.load(path), resolve=False), "", found)
+        for k, v in found.items():  # a key typed differently by two models is left to SETTINGS
+            models[k] = v if models.get(k, v) == v else None
+    out.update({f"model:{k}": v for k, v in models.items() if v})
     base = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"), resolve=False)
     base.pop("defaults", None)
     base.pop("hydra", None)
@@ -248,7 +282,7 @@ def _default_kinds() -> dict[str, str]:
                 engines.setdefault(k, _kind_of(v))
     out = {k: v for k, v in out.items() if not k.startswith("engines.")}
     out.update({f"engines.*.{k}": v for k, v in engines.items()})
-    return out
+    return out  # model keys as "model:<key>" (checked per model mapping)
 
 
 def _lookup(cfg: dict, key: str) -> list[tuple[str, object]]:
@@ -268,15 +302,25 @@ def _lookup(cfg: dict, key: str) -> list[tuple[str, object]]:
 
 
 def check_settings(cfg: dict) -> None:
-    """Refuse a setting of the wrong type or out of range (:data:`SETTINGS`; other scalars keep
-    the type of their default) with one line naming the key, the value and what it must be.
+    """Refuse a setting of the wrong type or out of range (:data:`SETTINGS`, and
+    :data:`MODEL_SETTINGS` for each model mapping; other scalars keep the type of their default)
+    with one line naming the key, the value and what it must be.
     Raises ``ConfigError``."""
     from polysql_ray.pipeline.driver import ConfigError
 
-    rules: dict[str, tuple] = {k: (kind, None, True) for k, kind in _default_kinds().items()}
+    kinds = _default_kinds()
+    rules: dict[str, tuple] = {k: (kind, None, True) for k, kind in kinds.items() if not k.startswith("model:")}
     rules.update(SETTINGS)
-    for pattern, (kind, low, inclusive) in rules.items():
-        for key, value in _lookup(cfg, pattern):
-            want = _setting_problem(value, kind, low, inclusive)
-            if want is not None:
-                raise ConfigError(f"{key} must be {want} (got {value!r}); set {key}=<{_KIND_WORDS.get(kind, want)}>")
+    model_rules: dict[str, tuple] = {k[len("model:"):]: (kind, None, True) for k, kind in kinds.items()
+                                     if k.startswith("model:")}
+    model_rules.update(MODEL_SETTINGS)
+    models = [("model", cfg.get("model"))] + [
+        (f"sweep.models[{i}]", m) for i, m in enumerate((cfg.get("sweep") or {}).get("models") or [])]
+    checks = [(rules, cfg, "")] + [(model_rules, m, f"{where}.") for where, m in models if isinstance(m, dict)]
+    for table, node, prefix in checks:
+        for pattern, (kind, low, inclusive) in table.items():
+            for key, value in _lookup(node, pattern):
+                want = _setting_problem(value, kind, low, inclusive)
+                if want is not None:
+                    raise ConfigError(f"{prefix}{key} must be {want} (got {value!r}); "
+                                      f"set {prefix}{key}=<{_KIND_WORDS.get(kind, want)}>")

@@ -49,9 +49,14 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     ("store.lease_s=-5", "store.lease_s must be a number > 0 (got -5)"),
     ("ray.system_config.num_workers_soft_limit=x", "ray.system_config.num_workers_soft_limit must be a number"),
     ("results_dir=' '", "results_dir must be a non-empty text"),
+    ("model=openai_endpoint model.concurrency=x", "model.concurrency must be a whole number >= 1 (got 'x')"),
+    ("model=openai_endpoint model.retry.max_retries=lots", "model.retry.max_retries must be a whole number >= 0"),
+    ("model=openai_endpoint model.retry.timeout_s=-1", "model.retry.timeout_s must be a number > 0 (got -1)"),
+    ("model=tiny_hf model.sampling.temperature=hot", "model.sampling.temperature must be a number >= 0"),
+    ("model=replay model.predictions=p model.allow_partial=maybe", "model.allow_partial must be true or false"),
 ])
 def test_bad_config_is_one_line(override, needle):
-    cfg, _, _ = compose([override])
+    cfg, _, _ = compose(override.split(" ") if override.startswith("model=") else [override])
     with pytest.raises(ConfigError, match=re.escape(needle)):
         validate(cfg)
 
