@@ -294,15 +294,21 @@ def main() -> None:
     if "readonly_mid" in want:
         d = fresh("readonly_mid")
         d.mkdir(parents=True)
-        subprocess.run(["mount", "--bind", str(d), str(d)], check=True)
+        mounted = 0
         try:
             with server_lock():
                 p = start(d, replicas, extra, out / "readonly_mid.log")
                 at = wait_rows(d, int(planned * 0.4), p)
+                # a read-only bind mount stacked over the folder: every open from now on is
+                # read-only (a remount of the folder's own mount is refused while the run holds
+                # its lock file open for writing)
+                subprocess.run(["mount", "--bind", str(d), str(d)], check=True)
+                mounted += 1
                 subprocess.run(["mount", "-o", "remount,bind,ro", str(d)], check=True)
                 code = p.wait()
         finally:
-            subprocess.run(["umount", str(d)], check=False)
+            for _ in range(mounted):
+                subprocess.run(["umount", str(d)], check=False)
         stored_then = stored(d)[0]
         errs = error_lines(out / "readonly_mid.log")
         with server_lock():

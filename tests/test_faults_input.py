@@ -357,3 +357,15 @@ def test_an_over_long_prediction_is_stored_cut_in_a_run(ray_session, tmp_path):
     assert row["pred_status"] == "rejected" and "limits.max_sql_chars=1000" in row["pred_error"]
     said = re.search(r"truncated: (\d+) characters in all", row["pred_sql"])
     assert len(row["pred_sql"]) < 1100 and said and int(said.group(1)) >= len(first["pred_sql"].strip())
+
+
+def test_a_full_or_read_only_disk_anywhere_is_one_line():
+    import errno
+
+    from polysql_ray.errors import user_error_message
+
+    msg = user_error_message(OSError(errno.ENOSPC, "No space left on device", "/r/quickstart_data/x", None, "/r/y"))
+    assert msg == ("No space left on device: /r/quickstart_data/x -> /r/y; free space or make the folder "
+                   "writable, then rerun (everything already stored is kept)")
+    assert "Read-only file system" in user_error_message(OSError(errno.EROFS, "Read-only file system"))
+    assert user_error_message(OSError(errno.EIO, "I/O error")) is None  # not a disk that is full: a traceback

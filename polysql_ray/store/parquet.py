@@ -315,20 +315,18 @@ CHECKSUM_KEY = b"polysql.sha256"
 _PLACEHOLDER = b"polysql.sha256:" + b"-" * 49
 
 
-def _serialise(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue().to_pybytes()
-
-
-def parquet_bytes(table: pa.Table) -> bytes:
+def parquet_bytes(table: pa.Table) -> bytearray:
     """``table`` as the bytes of one Parquet file (zstd) whose footer carries the sha256 of the
-    file itself (:data:`CHECKSUM_KEY`)."""
-    data = bytearray(_serialise(table.replace_schema_metadata(
-        {**(table.schema.metadata or {}), CHECKSUM_KEY: _PLACEHOLDER})))
+    file itself (:data:`CHECKSUM_KEY`). Memory: the file once (plus pyarrow's buffer while
+    it is copied out)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table.replace_schema_metadata({**(table.schema.metadata or {}), CHECKSUM_KEY: _PLACEHOLDER}),
+                   sink, compression="zstd")
+    data = bytearray(sink.getvalue())
+    del sink
     at = data.rfind(_PLACEHOLDER)  # the footer's entry: key-value metadata follow the row groups
     data[at:at + len(_PLACEHOLDER)] = hashlib.sha256(data).hexdigest().encode()
-    return bytes(data)
+    return data
 
 
 def _checksum_problem(data: bytes, stored: bytes) -> str | None:
