@@ -24,6 +24,9 @@ from polysql_ray.redaction import REDACTED, is_secret_key, redact, redact_text  
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
 
+#: The values of ``pipeline.structural_check`` (what each means: :mod:`polysql_ray.pipeline.structural`).
+STRUCTURAL_MODES = ("auto", "off", "prove", "verify")
+
 if not OmegaConf.has_resolver("repo_root"):
     OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT))
 
@@ -111,8 +114,7 @@ def validate(cfg: dict) -> None:
     numbers where numbers belong). Raises ``ConfigError`` (a ValueError).
     """
     from polysql_ray.engines.base import Limits
-    from polysql_ray.pipeline.driver import ConfigError
-    from polysql_ray.pipeline.structural import MODES
+    from polysql_ray.errors import ConfigError
 
     try:
         Limits(**(cfg.get("limits") or {}))
@@ -121,8 +123,8 @@ def validate(cfg: dict) -> None:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     mode = str((cfg.get("pipeline") or {}).get("structural_check", "auto"))
-    if mode not in MODES:
-        raise ConfigError(f"pipeline.structural_check={mode!r} is not one of {list(MODES)}")
+    if mode not in STRUCTURAL_MODES:
+        raise ConfigError(f"pipeline.structural_check={mode!r} is not one of {list(STRUCTURAL_MODES)}")
     for engine, ecfg in (cfg.get("engines") or {}).items():
         for key in ("password", "admin_password"):
             if isinstance(ecfg, dict) and key in ecfg:
@@ -306,7 +308,7 @@ def check_settings(cfg: dict) -> None:
     :data:`MODEL_SETTINGS` for each model mapping; other scalars keep the type of their default)
     with one line naming the key, the value and what it must be.
     Raises ``ConfigError``."""
-    from polysql_ray.pipeline.driver import ConfigError
+    from polysql_ray.errors import ConfigError
 
     kinds = _default_kinds()
     rules: dict[str, tuple] = {k: (kind, None, True) for k, kind in kinds.items() if not k.startswith("model:")}

@@ -12,7 +12,7 @@ import yaml
 
 from polysql_ray.config import compose, redact, validate
 from polysql_ray.engines.base import Limits
-from polysql_ray.pipeline.driver import ConfigError
+from polysql_ray.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
