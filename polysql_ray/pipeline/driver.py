@@ -185,8 +185,11 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
     for m in model_cfgs:
         gen = generators[m["name"]]
         fp = gen.fingerprint()
+        only = m.get("dialects")  # a model whose SQL is written for some dialects only
         for ds in datasets:
             for dialect in dialects:
+                if only and dialect not in only:
+                    continue
                 for level in (levels if getattr(gen, "uses_prompts", False) else ["-"]):
                     cells.append(Cell(
                         key=cell_key(m["name"], fp, ds, dialect, level, policy.fingerprint(),
