@@ -9,7 +9,6 @@ Resolvers (``${repo_root:}``, ``${local_dir:X}``) are registered by :mod:`polysq
 from __future__ import annotations
 
 import functools
-import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
