@@ -4,49 +4,22 @@ The Hydra configuration tree is ``conf/`` at the project root (groups: dataset, 
 sweep, engine). ``python -m polysql_ray`` composes it; everything downstream receives a plain,
 resolved ``dict`` (never an OmegaConf node), so Ray workers need no Hydra.
 
-Resolvers: ``${repo_root:}`` is the project checkout (so ``paths.shared`` defaults to the
-``shared/`` folder beside it, whatever the working directory). ``${local_dir:X}`` is ``X`` for a
-local folder and, for an object-store URI (``s3://bucket/prefix``), a node-local folder for the
-files that must be local (embedded-engine replicas, the quickstart's databases):
-``$POLYSQL_LOCAL_DIR/<scheme>/<bucket>/<prefix>`` (default ``~/.cache/polysql_ray/...``), the same
-path on every node.
+Resolvers (``${repo_root:}``, ``${local_dir:X}``) are registered by :mod:`polysql_ray.resolvers`.
 """
 from __future__ import annotations
 
 import functools
-import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from polysql_ray.redaction import REDACTED, is_secret_key, redact, redact_text  # noqa: F401 - the one rule
+from polysql_ray.resolvers import REPO_ROOT, local_dir  # noqa: F401 - registers ${repo_root:} and ${local_dir:}
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
 
 #: The values of ``pipeline.structural_check`` (what each means: :mod:`polysql_ray.pipeline.structural`).
 STRUCTURAL_MODES = ("auto", "off", "prove", "verify")
-
-if not OmegaConf.has_resolver("repo_root"):
-    OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT))
-
-
-def local_dir(location: str) -> str:
-    """``location`` itself when it is a local folder; for an object-store URI
-    (``s3://bucket/prefix``) the node-local folder ``$POLYSQL_LOCAL_DIR/s3/bucket/prefix``
-    (``POLYSQL_LOCAL_DIR`` defaults to ``~/.cache/polysql_ray``)."""
-    import os
-
-    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", str(location))
-    if not m or m.group(1).lower() == "file":
-        return m.group(2) if m else str(location)
-    base = os.environ.get("POLYSQL_LOCAL_DIR") or os.path.expanduser("~/.cache/polysql_ray")
-    rest = "/".join(re.sub(r"[^A-Za-z0-9_.-]+", "_", p) for p in m.group(2).split("?", 1)[0].split("/") if p)
-    return os.path.join(base, m.group(1).lower(), rest)
-
-
-if not OmegaConf.has_resolver("local_dir"):
-    OmegaConf.register_new_resolver("local_dir", local_dir)
 
 
 def to_plain(cfg: DictConfig) -> dict:

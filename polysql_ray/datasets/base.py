@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
+import polysql_ray.resolvers  # noqa: F401 - ${local_dir:} and ${repo_root:} in dataset configs
 from polysql_ray.datasets.example import Example, SourceDatabase
 from polysql_ray.engines.declaration import DeclaredTable
 
