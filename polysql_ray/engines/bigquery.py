@@ -173,6 +173,18 @@ class BigQueryEngine(ServerEngine):
         #: dry-run bytes of the last statement (reported before it ran)
         self.last_dry_run_bytes: int | None = None
 
+    def identity(self) -> dict:
+        """BigQuery publishes no server version: the endpoint and location identify it; a
+        stand-in when ``api_endpoint`` is set to anything but ``*.googleapis.com``
+        (``standin`` setting: its name). No request is made."""
+        endpoint = self.settings.get("api_endpoint")
+        real = not endpoint or "googleapis.com" in str(endpoint)
+        standin = "" if real else str(self.settings.get("standin") or f"stand-in at {endpoint}")
+        return {"product": "BigQuery", "version": "", "standin": standin,
+                "settings": {"location": str(self.settings.get("location")),
+                             "maximum_bytes_billed": str(self.settings.get("maximum_bytes_billed"))},
+                "endpoint": str(endpoint or "bigquery.googleapis.com")}
+
     @property
     def client(self):
         """The BigQuery client (google-cloud-bigquery ``Client``), made on first use from the

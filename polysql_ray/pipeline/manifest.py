@@ -46,4 +46,8 @@ def run_manifest(cfg: dict, grid, policy) -> dict:
         "policy_fingerprint": policy.fingerprint(),
         "cells": [vars(c) for c in grid.cells],
         "datasets": {k: len(v) for k, v in grid.datasets.items()},
+        # what each engine ran on (product, version, stand-in, result-changing settings), read
+        # at run start; the snapshots' provenance comes from here
+        "engines": redact(dict(getattr(grid, "identities", {}) or {})),
+        "sources": {f"{ds}/{db}": fp for (ds, db), fp in sorted((getattr(grid, "source_fps", {}) or {}).items())},
     }

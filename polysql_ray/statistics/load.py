@@ -274,7 +274,7 @@ def dataset_index(results_dir: str | Path) -> tuple[dict, dict]:
     """Question texts and source databases of the datasets the store's runs used.
 
     Reads every run manifest (``<results_dir>/runs/*/manifest.json``, composed config), loads
-    each dataset it names again, and returns ``(question by (dataset, question_id), (engine,
+    each dataset it names again (every distinct config of a name: runs on other subsets), and returns ``(question by (dataset, question_id), (engine,
     location) of the source database by (dataset, db_id))``. A dataset that cannot be loaded
     any more (moved folder) is left out; both maps are empty when no manifest exists.
     """
@@ -285,7 +285,7 @@ def dataset_index(results_dir: str | Path) -> tuple[dict, dict]:
     from polysql_ray.store.parquet import list_files, read_bytes
 
     loc = store_location(results_dir)
-    configs: dict[str, dict] = {}
+    configs: dict[str, list[dict]] = {}  # every distinct config of a name (runs on subsets of it)
     manifests = [m for m in list_files(loc, loc.join("runs"), suffix="/manifest.json")
                  if m.count("/") == loc.join("runs").count("/") + 2]  # runs/<run_id>/manifest.json
     for mf in manifests:
@@ -295,10 +295,10 @@ def dataset_index(results_dir: str | Path) -> tuple[dict, dict]:
             continue
         sweep_ds = (cfg.get("sweep") or {}).get("datasets") or []
         for d in [cfg.get("dataset"), *sweep_ds]:
-            if isinstance(d, dict) and d.get("name"):
-                configs[d["name"]] = d
+            if isinstance(d, dict) and d.get("name") and d not in configs.setdefault(d["name"], []):
+                configs[d["name"]].append(d)
     text, sources = {}, {}
-    for name, cfg in sorted(configs.items()):
+    for name, cfg in [(n, c) for n in sorted(configs) for c in configs[n]]:
         try:
             examples = load_dataset(cfg)
         except Exception:  # noqa: BLE001 - a dataset that moved only costs the question text
