@@ -48,7 +48,8 @@ def _golds(root: Path, dataset: str, wanted: set[str]) -> dict[str, tuple[str, l
     return dict(sorted(out.items()))
 
 
-def _build(kv: dict) -> list:
+def _build(kv: dict):
+    """Build (or reuse) the suite of every wanted db_id, yielding each as it is ready."""
     from polysql_ray.suites import SuiteSettings, suite_for
 
     raw = kv["db_ids"]
@@ -58,12 +59,9 @@ def _build(kv: dict) -> list:
     root = Path(str(kv["root"]))
     if not (root / "dev.json").exists():
         raise UsageError(f"root={root}: no dev.json there (expected the Spider layout)")
-    suites = []
     for db_id, (path, golds) in _golds(root, str(kv["dataset"]), wanted).items():
-        s = suite_for(db_id, path, settings.seed, settings.size, golds, Path(str(kv["out"])),
-                      dataset=str(kv["dataset"]), settings=settings, force=bool(kv["force"]))
-        suites.append(s)
-    return suites
+        yield suite_for(db_id, path, settings.seed, settings.size, golds, Path(str(kv["out"])),
+                        dataset=str(kv["dataset"]), settings=settings, force=bool(kv["force"]))
 
 
 def _line(s) -> str:
@@ -77,12 +75,11 @@ def _line(s) -> str:
 
 
 def build(kv: dict) -> int:
-    suites = _build(kv)
     tot = {k: 0 for k in ("generated", "kept", "neighbors_valid", "distinguished_suite", "distinguished_source",
                           "distinguished_source_or_suite", "golds", "golds_nontrivial_source",
                           "golds_nontrivial_every_kept", "golds_nontrivial_some_kept", "seconds")}
-    for s in suites:
-        print(_line(s))
+    for s in _build(kv):
+        print(_line(s), flush=True)
         for k in tot:
             tot[k] += s.figures[k]
     print("total: " + json.dumps({k: round(v, 2) for k, v in tot.items()}))
@@ -110,7 +107,7 @@ def replicate(kv: dict) -> int:
     golds = _golds(root, str(kv["dataset"]), wanted)
     sqlite = make_engine("sqlite")
     for s in _build(kv):
-        print(_line(s))
+        print(_line(s), flush=True)
         src_path = golds[s.db_id][0]
         shapes = [(g, analyze_gold(g, "sqlite")) for g in golds[s.db_id][1]]
         for target in targets:
@@ -156,7 +153,7 @@ def replicate(kv: dict) -> int:
             bad += len(failed)
             print(f"  {target}: {verified}/{len(s.databases)} copies verified, golds equal {equal}/{compared} "
                   f"(inconclusive {unsure}), type decisions differing from the source copy "
-                  f"{len(drift)}, failures {len(failed)} ({time.perf_counter() - t0:.1f}s)")
+                  f"{len(drift)}, failures {len(failed)} ({time.perf_counter() - t0:.1f}s)", flush=True)
             for line in drift[:10] + failed[:20]:
                 print(f"    {line}")
     sqlite.close()
