@@ -111,14 +111,14 @@ def replicate(kv: dict) -> int:
     for s in _build(kv):
         print(_line(s), flush=True)
         src_path = golds[s.db_id][0]
-        shapes = [(g, analyze_gold(g, "sqlite")) for g in golds[s.db_id][1]]
+        shapes = [(g, analyze_gold(g, "sqlite")) for g in dict.fromkeys(golds[s.db_id][1])]  # distinct golds
         for target in targets:
             engine = make_engine(target)
             t0 = time.perf_counter()
             try:
                 ref = replicate_one(SourceDatabase(s.dataset, s.db_id, "sqlite", src_path), target, replicas)
-                ref_types = {(t.name, c.name): (c.logical_type, c.target_type) for t in ref.manifest.tables
-                             for c in t.columns}
+                ref_types = {(t.name, c.name): (c.logical_type, c.target_type, bool(c.fallback))
+                             for t in ref.manifest.tables for c in t.columns}
             except ReplicationError as e:
                 print(f"  {target}: source copy FAILED: {e}")
                 bad += 1
@@ -151,7 +151,7 @@ def replicate(kv: dict) -> int:
                 verified += 1
                 for t in r.manifest.tables:
                     for c in t.columns:
-                        if ref_types.get((t.name, c.name)) != (c.logical_type, c.target_type) or c.fallback:
+                        if ref_types.get((t.name, c.name)) != (c.logical_type, c.target_type, bool(c.fallback)):
                             drift.append(f"{d.name}.{t.name}.{c.name}: {c.logical_type}/{c.target_type}"
                                          f" (source copy {ref_types.get((t.name, c.name))}; {c.fallback or ''})")
                 for sql, shape in shapes:
