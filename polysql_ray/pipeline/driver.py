@@ -164,6 +164,12 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
     names = [m.get("name") for m in model_cfgs]
     if any(not n for n in names) or len(set(names)) != len(names):
         raise ConfigError(f"every model needs a unique `name`; got {names}")
+    from polysql_ray.datasets.base import name_problem
+
+    for n in names:  # a model name is a folder of the store (scores/<dataset>/<model>/)
+        if name_problem(n):
+            raise ConfigError(f"model.name={n!r} cannot name a folder ({name_problem(n)}): "
+                              f"use letters, digits, '_', '-' or '.'")
 
     policy = ComparisonPolicy.from_config(cfg.get("policy") or {})
     limits_fp = Limits(**(cfg.get("limits") or {})).fingerprint() + replication_fingerprint(cfg)
