@@ -83,7 +83,8 @@ def validate(cfg: dict) -> None:
     """Fail before any work with one line naming the key to fix.
 
     Checks ``limits.*`` (positive, finite), ``pipeline.structural_check`` (one of the modes),
-    ``engines.*.actors`` (>= 1), passwords (never literal) and ``policy.*`` (known fields,
+    ``engines.*.actors`` (>= 1), passwords (never literal), ``suite.*`` (whole numbers,
+    ``candidates >= size``) and ``policy.*`` (known fields,
     numbers where numbers belong). Raises ``ConfigError`` (a ValueError).
     """
     from polysql_ray.engines.base import Limits
@@ -119,7 +120,12 @@ def validate(cfg: dict) -> None:
         raise ConfigError(f"unknown config key(s) {unknown}: check the spelling "
                           f"(known: {sorted(known_top_level_keys() - {'hydra'})})")
     from polysql_ray.comparison.policy import ComparisonPolicy
+    from polysql_ray.suites.spec import SuiteSettings
 
+    try:
+        SuiteSettings.from_config(cfg.get("suite"))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
     try:
         ComparisonPolicy.from_config(cfg.get("policy") or {})
     except (TypeError, ValueError) as exc:

@@ -22,13 +22,16 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 #: may import modules of its own layer and of the layers below it; an import into a higher layer
 #: is an arrow back up. Each entry names a top-level module or sub-package of ``polysql_ray``.
 #: ``config`` (the composed configuration and its checks) sits below ``pipeline``, which reads
-#: and validates it; ``__main__`` composes it and starts the pipeline.
+#: and validates it; ``__main__`` composes it and starts the pipeline. ``suites`` (distilled
+#: database suites) uses datasets, replication, engines and comparison; config validates
+#: ``suite.*`` with it, and the pipeline will run suite EX with it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "lazy", "redaction", "resolvers", "engines", "quickstart"),
     ("errors", "datasets"),
     ("replication", "jobs_cli"),
     ("generation",),
     ("comparison", "store"),
+    ("suites",),
     ("statistics", "config"),
     ("reporting",),
     ("pipeline",),
