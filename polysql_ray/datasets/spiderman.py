@@ -140,7 +140,7 @@ def install_source(root: Path | str, db_id: str, settings: ServerSettings | dict
             for i in range(0, len(rows), 2000):
                 cur.executemany(stmt, rows[i:i + 2000])
         flavour = my_engine.server_flavour(conn)
-        account = ensure_reader_user(settings, cur, flavour)
+        account = ensure_reader_user(settings, cur, flavour, name)
         cur.execute(f"GRANT SELECT ON {bq(name)}.* TO {account}")
         fp = mysql_fingerprint(settings, name)
         cur.execute(f"ALTER DATABASE {bq(name)} COMMENT %s", (f"polysql input={ih} content={fp}",))
