@@ -191,7 +191,10 @@ con = duckdb.connect(config={"enable_external_access": False, "autoinstall_known
 names = [r[0] for r in con.execute(
     "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type IN ('table', 'table_macro') "
     "AND len(parameter_types) >= 1 AND upper(parameter_types[1]) IN ('VARCHAR', 'VARCHAR[]', 'ANY')").fetchall()]
-found = []
+found = [r[0].lower() for r in con.execute(
+    "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type IN ('table', 'table_macro') "
+    "AND (function_name LIKE 'duckdb\\_%' ESCAPE '\\' OR function_name LIKE 'pragma\\_%' ESCAPE '\\' "
+    "OR function_name = 'which_secret')").fetchall()]
 for name in names:
     try:
         con.execute("SELECT * FROM \"" + name.replace('"', '""') + "\"('/nonexistent/polysql_probe.csv')").fetchmany(1)
@@ -208,7 +211,9 @@ def duckdb_file_readers() -> frozenset[str]:
     child process, each table function taking a VARCHAR first argument is called on a throwaway
     in-memory connection with ``enable_external_access=false`` with a path that does not exist,
     and those DuckDB refuses there with a permission error are the readers (read_csv,
-    read_text, sniff_csv, glob, parquet_metadata, read_duckdb, query_table ...); plus
+    read_text, sniff_csv, glob, parquet_metadata, read_duckdb, query_table ...); plus DuckDB's
+    own catalog and configuration functions (``duckdb_*``, ``pragma_*``, ``which_secret``: file
+    paths of the attached databases, settings, secrets, extension folders) and
     :data:`DUCKDB_SQL_FROM_TEXT`. Computed once per process (about a second); only
     :data:`DUCKDB_SQL_FROM_TEXT` when DuckDB is not installed or the probe fails."""
     global _DUCKDB_READERS
