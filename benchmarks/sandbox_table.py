@@ -125,8 +125,8 @@ SUITE_FILES = ("tests/test_hostile_embedded.py", "tests/test_hostile_servers.py"
 SUITE_ENGINES = ("sqlite", "duckdb", "postgres", "mysql", "clickhouse", "snowflake", "bigquery")
 
 
-def suite_table(xml_path: Path) -> str:
-    """The engine x class table and the slowest attacks from a pytest JUnit XML of the suite."""
+def suite_table(*xml_paths: Path) -> str:
+    """The engine x class table and the slowest attacks from pytest JUnit XMLs of the suite."""
     import xml.etree.ElementTree as ET
 
     from hostile_cases import CLASSES
@@ -134,7 +134,7 @@ def suite_table(xml_path: Path) -> str:
     cells: dict[tuple[str, str], list[int]] = {}
     slowest: dict[str, tuple[float, float, str]] = {}
     skipped = 0
-    for tc in ET.parse(xml_path).getroot().iter("testcase"):
+    for tc in (t for x in xml_paths for t in ET.parse(x).getroot().iter("testcase")):
         props = {p.get("name"): p.get("value") for p in tc.iter("property")}
         if "engine" not in props:
             if tc.find("skipped") is not None:
@@ -193,7 +193,10 @@ def main() -> None:
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--out", default=None)
     ap.add_argument("--suite", action="store_true", help="the whole suite on all seven engines (docstring)")
+    ap.add_argument("--from-xml", nargs="+", default=None, help="print the --suite table from these JUnit XMLs")
     args = ap.parse_args()
+    if args.from_xml:
+        return print(suite_table(*map(Path, args.from_xml)))
     if args.suite:
         return run_suite(args.out)
     engines = [e for e in args.engines.split(",") if e]
