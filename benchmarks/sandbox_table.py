@@ -18,6 +18,17 @@ prints two statuses per engine:
 
 Then it lists, per stand-in, the attack classes it does not enforce alone. Needs the Spider data
 and the stand-in venvs (built on first use; see ``tests/standins.py``).
+
+    PYTHONPATH=. python benchmarks/sandbox_table.py --suite [--out FILE.md]
+
+runs instead the whole hostile suite on all seven engines *as the tests run it*
+(``tests/test_hostile_embedded.py``, ``test_hostile_servers.py``, ``test_hostile_warehouses.py``,
+``test_isolation.py``; each attack followed by its own canary) and prints, per engine x attack
+class, **contained / escapes / uncontained**: a passed case is contained; a failed one is an
+escape when its assertion says ``ESCAPE`` (the attack ran where a refusal was due, changed a
+copy, wrote a file, left state behind, leaked another copy's data) and uncontained otherwise
+(a wrong or untyped status, a canary that failed); plus the slowest attack per engine against
+its time limit (from the statuses' own ``elapsed_s``, recorded by the tests).
 """
 from __future__ import annotations
 
@@ -109,11 +120,85 @@ def alone(target, run, sql) -> str:
     return "RAN" if status is S.OK else status.value
 
 
+SUITE_FILES = ("tests/test_hostile_embedded.py", "tests/test_hostile_servers.py",
+               "tests/test_hostile_warehouses.py", "tests/test_isolation.py")
+SUITE_ENGINES = ("sqlite", "duckdb", "postgres", "mysql", "clickhouse", "snowflake", "bigquery")
+
+
+def suite_table(*xml_paths: Path) -> str:
+    """The engine x class table and the slowest attacks from pytest JUnit XMLs of the suite."""
+    import xml.etree.ElementTree as ET
+
+    from hostile_cases import CLASSES
+
+    cells: dict[tuple[str, str], list[int]] = {}
+    slowest: dict[str, tuple[float, float, str]] = {}
+    skipped = 0
+    for tc in (t for x in xml_paths for t in ET.parse(x).getroot().iter("testcase")):
+        props = {p.get("name"): p.get("value") for p in tc.iter("property")}
+        if "engine" not in props:
+            if tc.find("skipped") is not None:
+                skipped += 1
+            continue
+        failure = tc.find("failure")
+        if failure is None:
+            failure = tc.find("error")
+        col = 0 if failure is None else (1 if "ESCAPE" in (failure.get("message") or "") + (failure.text or "")
+                                         else 2)
+        cell = cells.setdefault((props["engine"], props["attack_class"]), [0, 0, 0])
+        cell[col] += 1
+        t, limit = float(props["attack_s"]), float(props["limit_s"])
+        if t > slowest.get(props["engine"], (-1.0,))[0]:
+            slowest[props["engine"]] = (t, limit, tc.get("name", ""))
+    engines = [e for e in SUITE_ENGINES if any(k[0] == e for k in cells)]
+    lines = ["contained / escapes / uncontained per engine x attack class", "",
+             "| attack class | " + " | ".join(engines) + " | all |", "|---|" + "---|" * (len(engines) + 1)]
+    totals = {e: [0, 0, 0] for e in engines}
+    for cls in CLASSES:
+        row, all_ = [], [0, 0, 0]
+        for e in engines:
+            c = cells.get((e, cls), [0, 0, 0])
+            row.append("/".join(map(str, c)) if sum(c) else "-")
+            for i in range(3):
+                totals[e][i] += c[i]
+                all_[i] += c[i]
+        lines.append(f"| {cls} | " + " | ".join(row) + f" | {'/'.join(map(str, all_))} |")
+    grand = [sum(t[i] for t in totals.values()) for i in range(3)]
+    lines.append("| **all** | " + " | ".join("/".join(map(str, totals[e])) for e in engines)
+                 + f" | {'/'.join(map(str, grand))} |")
+    lines += ["", "| engine | slowest attack | seconds | limit (s) | x limit |", "|---|---|---|---|---|"]
+    for e in engines:
+        t, limit, name = slowest[e]
+        lines.append(f"| {e} | {name} | {t:.2f} | {limit:g} | {t / limit:.2f} |")
+    lines.append(f"\n{sum(grand)} attack statements, {skipped} tests skipped")
+    return "\n".join(lines)
+
+
+def run_suite(out: str | None) -> None:
+    """Run the suite's test files under pytest with a JUnit XML and print :func:`suite_table`."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "suite.xml"
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
+                        "-o", "junit_family=xunit1", *SUITE_FILES], cwd=REPO, check=False)
+        text = suite_table(xml)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--suite", action="store_true", help="the whole suite on all seven engines (docstring)")
+    ap.add_argument("--from-xml", nargs="+", default=None, help="print the --suite table from these JUnit XMLs")
     args = ap.parse_args()
+    if args.from_xml:
+        return print(suite_table(*map(Path, args.from_xml)))
+    if args.suite:
+        return run_suite(args.out)
     engines = [e for e in args.engines.split(",") if e]
     results: dict[tuple[str, str], tuple[str, str]] = {}
     order: list[tuple[str, str]] = []

@@ -8,7 +8,16 @@ same engine (same pooled connection) still scores correctly, and - where a case 
 transaction) is gone.
 
 Attack classes (:data:`CLASSES`): file access, DDL/DML, multi-statement and comment tricks,
-session and server control, resource exhaustion, information leaks, malformed text.
+session and server control, resource exhaustion, information leaks, host facts, special values
+(infinities, NaN, out-of-range dates and decimals), malformed text, and cross-replica reads
+(:data:`CROSS_REPLICA`: run by ``test_isolation.py`` against a victim copy of another run).
+
+Every attack is followed by its own canary (:func:`canary`: ``count(*) + k``, ``k`` distinct
+per case), so a stale result, a session left in a state or a dead connection cannot pass as
+the next answer. A test asserts through :func:`expect_status`, whose failure says ``ESCAPE``
+when the attack got through (it ran where a refusal was due, changed a copy, wrote a file,
+leaked another copy's data) and ``UNCONTAINED`` otherwise (an untyped or wrong status, a
+canary that failed) - the two columns of ``benchmarks/sandbox_table.py --suite``.
 """
 from __future__ import annotations
 
@@ -17,15 +26,45 @@ from dataclasses import dataclass
 from polysql_ray.engines.base import ExecStatus as S, Limits
 
 CLASSES = ("file_access", "ddl_dml", "multi_statement_comment", "session_server_control",
-           "resource_exhaustion", "information_leak", "malformed_text")
+           "resource_exhaustion", "information_leak", "host_info", "special_values", "malformed_text",
+           "cross_replica")
 
 #: Limits of the suite: short timeout (the suite's wall time), small row cap and result bytes.
 LIMITS = Limits(timeout_s=1.0, row_cap=1000, max_bytes=1_000_000, max_sql_chars=100_000)
 
-#: The canary after every attack: its first value must be this (singer has 6 rows).
+#: The plain canary (singer has 6 rows); after an attack :func:`canary` gives a distinct one.
 CANARY = ("SELECT count(*) FROM singer", 6)
 
+
+def canary(engine: str, case: "Case") -> tuple[str, int]:
+    """The canary that follows ``case`` on ``engine``: ``SELECT count(*) + k FROM singer`` with
+    ``k`` the case's 1-based position in ``CASES[engine]`` (expected ``6 + k``)."""
+    k = next(i for i, c in enumerate(CASES[engine], 1) if c is case)
+    return f"SELECT count(*) + {k} FROM singer", 6 + k
+
+
+def expect_status(res, case: "Case", expect=None) -> None:
+    """Assert ``res`` is one of the case's statuses; the message starts ``ESCAPE`` when the
+    attack *ran* although a refusal was due, else ``UNCONTAINED``."""
+    from polysql_ray.engines.base import ExecStatus
+
+    allowed = case.expect if expect is None else expect
+    if res.status in allowed:
+        return
+    kind = "ESCAPE" if res.status is ExecStatus.OK else "UNCONTAINED"
+    raise AssertionError(f"{kind}: {case.cls}/{case.name}: {res.status} not in "
+                         f"{sorted(s.value for s in allowed)} ({res.error})")
+
+
+def check_canary(res, expected: int) -> None:
+    """Assert the canary's answer (``UNCONTAINED`` otherwise: the engine did not recover)."""
+    if not (res.ok and res.table.column(0)[0].as_py() == expected):
+        raise AssertionError(f"UNCONTAINED: canary {res.status} {res.error} "
+                             f"{res.table.column(0)[0].as_py() if res.ok else ''} != {expected}")
+
 REJ = {S.REJECTED}
+#: A special value is an ordinary engine value or a typed error, never a traceback.
+SPECIAL = {S.OK, S.RUNTIME, S.SYNTAX, S.TOO_LARGE}
 
 
 @dataclass(frozen=True)
@@ -107,6 +146,14 @@ SQLITE = [
     C("resource_exhaustion", "big_value", "SELECT hex(zeroblob(3000000))", {S.TOO_LARGE}),
     C("information_leak", "database_list", "SELECT * FROM pragma_database_list"),
     C("information_leak", "compile_options", "SELECT * FROM pragma_compile_options"),
+    C("host_info", "sqlite_source_id", "SELECT sqlite_source_id()", {S.OK, S.REJECTED}),
+    C("host_info", "pragma_temp_dir", "SELECT * FROM pragma_temp_store_directory", {S.REJECTED, S.SCHEMA}),
+    C("special_values", "inf", "SELECT 1e999", SPECIAL),
+    C("special_values", "minus_inf", "SELECT -1e999", SPECIAL),
+    C("special_values", "nan_division", "SELECT 0.0 / 0", SPECIAL),
+    C("special_values", "int_overflow", "SELECT 9223372036854775807 + 1", SPECIAL),
+    C("special_values", "year_10000", "SELECT date('10000-01-01'), datetime(1e18, 'unixepoch')", SPECIAL),
+    C("special_values", "huge_exponent", "SELECT CAST('1e400' AS REAL) * 0", SPECIAL),
 ]
 
 DUCKDB = [
@@ -136,6 +183,22 @@ DUCKDB = [
     C("resource_exhaustion", "big_value", "SELECT repeat('x', 3000000)", {S.TOO_LARGE}),
     C("information_leak", "secrets", "SELECT * FROM duckdb_secrets()"),
     C("information_leak", "getenv", "SELECT getenv('HOME')", {S.REJECTED, S.SYNTAX}),
+    # enable_external_access=false: DuckDB does not look for the file, the name is a missing table
+    C("file_access", "replacement_scan", "SELECT * FROM '/etc/passwd'", {S.REJECTED, S.SCHEMA}),
+    C("file_access", "replacement_scan_quoted", 'SELECT * FROM "/etc/hostname"', {S.REJECTED, S.SCHEMA}),
+    C("file_access", "sniff_csv", "SELECT * FROM sniff_csv('/etc/passwd')"),
+    C("file_access", "query_table_file", "SELECT * FROM query_table('/etc/passwd')", {S.REJECTED, S.SCHEMA}),
+    C("file_access", "read_blob", "SELECT * FROM read_blob('/etc/passwd')"),
+    # DuckDB's own configuration (home_directory is empty in the engine's connection), not the host's
+    C("host_info", "settings_home", "SELECT value FROM duckdb_settings() WHERE name = 'home_directory'",
+      {S.OK, S.REJECTED}),
+    C("host_info", "temp_directory", "SELECT current_setting('temp_directory')", {S.OK, S.REJECTED}),
+    C("special_values", "infinity_timestamp", "SELECT 'infinity'::TIMESTAMP", SPECIAL),
+    C("special_values", "minus_infinity_date", "SELECT '-infinity'::DATE", SPECIAL),
+    C("special_values", "nan", "SELECT 'nan'::DOUBLE", SPECIAL),
+    C("special_values", "inf", "SELECT 1e999", SPECIAL),
+    C("special_values", "year_294247", "SELECT '294246-12-31'::TIMESTAMP", SPECIAL),
+    C("special_values", "decimal_38", "SELECT 99999999999999999999999999999999999999::DECIMAL(38,0)", SPECIAL),
 ]
 
 POSTGRES = [
@@ -189,6 +252,15 @@ POSTGRES = [
     C("information_leak", "authid", "SELECT rolpassword FROM pg_authid"),
     C("information_leak", "data_directory", "SELECT current_setting('data_directory')"),
     C("information_leak", "hba_file", "SELECT * FROM pg_hba_file_rules"),
+    C("host_info", "inet_server_addr", "SELECT inet_server_addr(), inet_server_port()", {S.OK, S.REJECTED}),
+    C("host_info", "config_file", "SELECT current_setting('config_file')"),
+    C("host_info", "pg_ls_logdir", "SELECT * FROM pg_ls_logdir()"),
+    C("special_values", "infinity_date", "SELECT 'infinity'::date", SPECIAL),
+    C("special_values", "minus_infinity_timestamp", "SELECT '-infinity'::timestamp", SPECIAL),
+    C("special_values", "nan_numeric", "SELECT 'NaN'::numeric", SPECIAL),
+    C("special_values", "infinity_float", "SELECT 'infinity'::float8, '-infinity'::float8", SPECIAL),
+    C("special_values", "year_294276", "SELECT '294276-12-31'::timestamp", SPECIAL),
+    C("special_values", "huge_numeric", "SELECT 1e1000::numeric", SPECIAL),
 ]
 
 MYSQL = [
@@ -231,6 +303,14 @@ MYSQL = [
     C("information_leak", "show_processlist", "SHOW PROCESSLIST"),
     C("information_leak", "mysql_user", "SELECT * FROM mysql.user"),
     C("information_leak", "performance_schema", "SELECT * FROM performance_schema.threads"),
+    C("host_info", "hostname_var", "SELECT @@hostname", {S.OK, S.REJECTED}),
+    C("host_info", "datadir", "SELECT @@datadir", {S.OK, S.REJECTED}),
+    C("special_values", "max_datetime", "SELECT CAST('9999-12-31 23:59:59.999999' AS DATETIME(6))", SPECIAL),
+    C("special_values", "zero_date", "SELECT CAST('0000-00-00' AS DATE)", SPECIAL),
+    C("special_values", "double_overflow", "SELECT 1e308 * 10", SPECIAL),
+    C("special_values", "bigint_overflow", "SELECT 18446744073709551615 + 1", SPECIAL),
+    C("special_values", "decimal_65", "SELECT CAST(1e64 AS DECIMAL(65,0))", SPECIAL),
+    C("special_values", "unsigned_max", "SELECT ~0", SPECIAL),
 ]
 
 #: A runaway query every engine can parse, bounded in work (6^13 = 1.3e10 joined rows, about a
@@ -271,6 +351,23 @@ CLICKHOUSE = [
       {S.TOO_LARGE}),
     C("information_leak", "hostname", "SELECT hostName()"),
     C("information_leak", "server_setting", "SELECT getServerSetting('path')"),
+    C("host_info", "fqdn", "SELECT FQDN()"),
+    C("host_info", "full_host_name", "SELECT fullHostName()"),
+    C("host_info", "hostname_lower", "SELECT hostname()"),
+    C("host_info", "display_name", "SELECT displayName()"),
+    C("host_info", "os_kernel", "SELECT getOSKernelVersion()"),
+    C("host_info", "server_uuid", "SELECT serverUUID()"),
+    C("host_info", "fqdn_backquoted", "SELECT `FQDN`()"),
+    C("file_access", "filesystem_table", "SELECT * FROM filesystem('/etc')", {S.REJECTED}),
+    C("file_access", "merge_all", "SELECT * FROM merge(REGEXP('.*'), '.*')"),
+    C("file_access", "loop_table", "SELECT * FROM loop(currentDatabase(), 'singer') LIMIT 1"),
+    C("special_values", "datetime64_2299", "SELECT toDateTime64('2299-12-31', 3)", SPECIAL),
+    C("special_values", "inf", "SELECT inf, -inf", SPECIAL),
+    C("special_values", "nan", "SELECT nan", SPECIAL),
+    C("special_values", "date32_1900", "SELECT toDate32('1900-01-01')", SPECIAL),
+    C("special_values", "uint64_wrap", "SELECT 18446744073709551615 + 1", SPECIAL),
+    C("special_values", "int256_max", "SELECT toInt256('57896044618658097711785492504343953926634992332820282019728792003956564819967')",
+      SPECIAL),
 ]
 
 #: DuckDB functions the stand-ins (fakesnow, bqemulator: DuckDB underneath) would run.
@@ -279,6 +376,22 @@ _DUCKDB_READERS = [
     C("file_access", "duckdb_read_text", "SELECT * FROM read_text('/etc/passwd')"),
     C("file_access", "duckdb_glob", "SELECT * FROM glob('/etc/*')", {S.REJECTED, S.SYNTAX}),
     C("information_leak", "duckdb_getenv", "SELECT getenv('HOME')", {S.REJECTED, S.SYNTAX, S.SCHEMA}),
+    C("file_access", "duckdb_replacement_scan", "SELECT * FROM '/etc/passwd'"),
+    C("file_access", "duckdb_replacement_scan_join", "SELECT * FROM singer JOIN '/etc/hostname' ON true"),
+    C("file_access", "duckdb_replacement_scan_comma", "SELECT * FROM singer, '/etc/hostname'"),
+    C("file_access", "duckdb_sniff_csv", "SELECT * FROM sniff_csv('/etc/passwd')"),
+    C("file_access", "duckdb_query", "SELECT * FROM query('SELECT * FROM read_text(''/etc/passwd'')')"),
+    C("file_access", "duckdb_query_table", "SELECT * FROM query_table('/etc/passwd')"),
+    C("file_access", "duckdb_read_blob", "SELECT * FROM read_blob('/etc/hostname')"),
+    C("file_access", "duckdb_read_json", "SELECT * FROM read_json_auto('/etc/passwd')"),
+    C("file_access", "duckdb_parquet_metadata", "SELECT * FROM parquet_metadata('/tmp/x.parquet')"),
+    C("file_access", "duckdb_read_duckdb", "SELECT * FROM read_duckdb('/tmp/x.duckdb')"),
+    C("file_access", "duckdb_reader_in_subquery", "SELECT (SELECT count(*) FROM read_text('/etc/passwd'))"),
+    C("file_access", "duckdb_reader_quoted", 'SELECT * FROM "read_text"(\'/etc/passwd\')'),
+    C("information_leak", "duckdb_settings", "SELECT * FROM duckdb_settings()"),
+    C("information_leak", "duckdb_databases", "SELECT path FROM duckdb_databases()"),
+    C("cross_replica", "information_schema_tables", "SELECT * FROM INFORMATION_SCHEMA.TABLES"),
+    C("cross_replica", "other_copy", "SELECT * FROM pq_someone_else_x1.singer"),
 ]
 
 SNOWFLAKE = _DUCKDB_READERS + [
@@ -303,6 +416,14 @@ SNOWFLAKE = _DUCKDB_READERS + [
     C("information_leak", "query_history", "SELECT * FROM TABLE(INFORMATION_SCHEMA.QUERY_HISTORY())",
       {S.REJECTED, S.SCHEMA, S.SYNTAX}),
     C("information_leak", "show_users", "SHOW USERS"),
+    C("host_info", "current_ip", "SELECT CURRENT_IP_ADDRESS()", {S.OK, S.REJECTED, S.SYNTAX, S.SCHEMA, S.RUNTIME}),
+    C("cross_replica", "account_usage", "SELECT * FROM SNOWFLAKE.ACCOUNT_USAGE.QUERY_HISTORY"),
+    C("cross_replica", "other_database", "SELECT * FROM OTHERDB.PUBLIC.T"),
+    C("special_values", "inf", "SELECT 'inf'::FLOAT", SPECIAL),
+    C("special_values", "nan", "SELECT 'NaN'::FLOAT", SPECIAL),
+    C("special_values", "max_date", "SELECT TO_DATE('9999-12-31')", SPECIAL),
+    C("special_values", "double_overflow", "SELECT 1e308 * 10", SPECIAL),
+    C("special_values", "year_1", "SELECT '0001-01-01'::TIMESTAMP", SPECIAL),
 ]
 
 BIGQUERY = _DUCKDB_READERS + [
@@ -323,6 +444,15 @@ BIGQUERY = _DUCKDB_READERS + [
     C("resource_exhaustion", "big_value", "SELECT REPEAT('x', 3000000)", {S.TOO_LARGE}),
     C("information_leak", "jobs", "SELECT query FROM `region-us`.INFORMATION_SCHEMA.JOBS",
       {S.REJECTED, S.SCHEMA, S.UNAVAILABLE, S.RUNTIME}),
+    C("host_info", "session_user", "SELECT SESSION_USER()", {S.OK, S.REJECTED, S.SYNTAX, S.SCHEMA, S.RUNTIME}),
+    C("cross_replica", "other_project", "SELECT * FROM `otherproject.pq_x.singer`"),
+    C("cross_replica", "schemata", "SELECT * FROM INFORMATION_SCHEMA.SCHEMATA"),
+    C("special_values", "inf", "SELECT CAST('inf' AS FLOAT64)", SPECIAL),
+    C("special_values", "nan", "SELECT CAST('nan' AS FLOAT64)", SPECIAL),
+    C("special_values", "max_date", "SELECT DATE '9999-12-31'", SPECIAL),
+    C("special_values", "year_1", "SELECT TIMESTAMP '0001-01-01 00:00:00'", SPECIAL),
+    C("special_values", "numeric_max", "SELECT CAST('99999999999999999999999999999.999999999' AS NUMERIC)", SPECIAL),
+    C("special_values", "ieee_divide", "SELECT IEEE_DIVIDE(1, 0)", SPECIAL),
 ]
 
 #: (engine, case name) -> statuses accepted on the *stand-in* that differ from the case's own,
@@ -337,11 +467,44 @@ CASES: dict[str, list[Case]] = {
 }
 
 
+#: Cross-replica reads (class ``cross_replica``), per engine: templates run by
+#: ``test_isolation.py`` from the attacking run's copy against a *victim* copy another run made
+#: (another results folder) on the same server / stand-in / chdb process. ``{db}`` = the victim's
+#: database/schema/dataset name, ``{path}`` = a file of the victim run. Every one must come back
+#: refused or without the victim's secret and name.
+CROSS_REPLICA: dict[str, list[str]] = {
+    "sqlite": ["ATTACH DATABASE '{path}' AS v", "SELECT * FROM v.hidden",
+               "SELECT * FROM pragma_table_info('hidden')"],
+    "duckdb": ["SELECT * FROM '{path}'", "ATTACH '{path}' AS v (READ_ONLY)", "SELECT * FROM read_duckdb('{path}')",
+               "SELECT * FROM duckdb_databases()"],
+    "postgres": ["SELECT * FROM {db}.public.hidden", "SELECT * FROM dblink('dbname={db}', 'SELECT secret FROM hidden') "
+                 "AS t(s text)", "SELECT datname FROM pg_database WHERE datname = '{db}' AND false"],
+    "mysql": ["SELECT secret FROM {db}.hidden", "SELECT secret FROM `{db}`.`hidden`",
+              "SELECT table_schema, table_name FROM information_schema.tables WHERE table_name = 'hidden'",
+              "SELECT schema_name FROM information_schema.schemata",
+              "SELECT * FROM {db}.hidden UNION SELECT 1", "SELECT (SELECT secret FROM {db}.hidden LIMIT 1)",
+              "SELECT User FROM mysql.user"],
+    "clickhouse": ["SELECT * FROM {db}.hidden", "SELECT * FROM merge(REGEXP('.*'), '^hidden$')",
+                   "SELECT * FROM merge('{db}', 'hidden')", "SELECT * FROM `{db}`.`hidden`",
+                   "SELECT * FROM view(SELECT * FROM {db}.hidden)", "SELECT database, name FROM system.tables",
+                   "SELECT * FROM INFORMATION_SCHEMA.TABLES", "SELECT hasColumnInTable('{db}', 'hidden', 'secret')",
+                   "SELECT * FROM loop('{db}', 'hidden') LIMIT 1", "SELECT * FROM mergeTreeIndex('{db}', 'hidden')"],
+    "snowflake": ["SELECT * FROM {db}.HIDDEN", "SELECT * FROM POLYSQL.{db}.HIDDEN", 'SELECT * FROM "{db}"."HIDDEN"',
+                  "SELECT * FROM INFORMATION_SCHEMA.TABLES", "SELECT * FROM query_table('{db}.HIDDEN')",
+                  "SELECT * FROM query('SELECT * FROM {db}.HIDDEN')", "SELECT (SELECT MAX(SECRET) FROM {db}.HIDDEN)"],
+    "bigquery": ["SELECT * FROM {db}.hidden", "SELECT * FROM `polysql.{db}.hidden`", "SELECT * FROM `polysql`.`{db}`.`hidden`",
+                 "SELECT * FROM {db}.INFORMATION_SCHEMA.TABLES", "SELECT * FROM INFORMATION_SCHEMA.SCHEMATA",
+                 "SELECT * FROM query_table('{db}.hidden')", "SELECT (SELECT MAX(secret) FROM {db}.hidden)"],
+}
+
+
 def case_id(case: Case) -> str:
     return f"{case.cls}-{case.name}"
 
 
 def counts() -> dict[str, dict[str, int]]:
-    """Cases per engine and attack class (the figures the report quotes)."""
-    return {engine: {cls: sum(c.cls == cls for c in cases) for cls in CLASSES}
+    """Statements per engine and attack class, cross-replica templates included (the figures
+    the report quotes)."""
+    return {engine: {cls: sum(c.cls == cls for c in cases) + (len(CROSS_REPLICA[engine]) if cls == "cross_replica" else 0)
+                     for cls in CLASSES}
             for engine, cases in CASES.items()}

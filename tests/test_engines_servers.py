@@ -134,7 +134,9 @@ def test_reader_role_itself_is_least_privilege(replicas):
             with pytest.raises(psycopg.Error) as ei:
                 c.execute(q)
             assert ei.value.sqlstate in ("42501", "25006"), (q, ei.value.sqlstate)
-    raw = my.connect_raw(ServerSettings.from_dict({}, **my.DEFAULTS))
+    loc = replicas["mysql"].location
+    raw = my.connect_raw(ServerSettings.from_dict({}, **my.DEFAULTS), database=loc,
+                         user=my.copy_account(my.DEFAULTS["user"], loc))  # the copy's own reader
     with raw, raw.cursor() as cur:
         cur.execute("SELECT LOAD_FILE('/etc/passwd')")
         assert cur.fetchone()[0] is None  # no FILE privilege: NULL, hence the client deny-list

@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest_servers import SPIDER, require_data  # noqa: E402
-from hostile_cases import CANARY, CASES, LIMITS, case_id  # noqa: E402
+from hostile_cases import CASES, LIMITS, canary, case_id, check_canary, expect_status  # noqa: E402
 
 require_data(SPIDER / "database" / "concert_singer")
 
@@ -48,16 +48,20 @@ def setup(tmp_path_factory):
 
 @pytest.mark.parametrize("engine_name,case", [(e, c) for e in ("sqlite", "duckdb") for c in CASES[e]],
                          ids=[f"{e}-{case_id(c)}" for e in ("sqlite", "duckdb") for c in CASES[e]])
-def test_hostile(setup, engine_name, case):
+def test_hostile(setup, engine_name, case, record_property):
     engines, locations, src_file = setup
     engine, loc = engines[engine_name], locations[engine_name]
     before = {p: _sha(p) for p in {Path(loc), src_file}}
     res = LIMITS.enforce(engine.execute(loc, case.sql, LIMITS))
-    assert res.status in case.expect, (res.status, res.error)
-    assert {p: _sha(p) for p in before} == before, "replica or source file changed"
-    assert not [p for p in EVIL_PATHS if p.exists()], "an attack wrote a file"
+    for k, v in (("engine", engine_name), ("attack_class", case.cls), ("attack_s", res.elapsed_s),
+                 ("limit_s", LIMITS.timeout_s), ("status", res.status.value)):
+        record_property(k, v)
+    expect_status(res, case)
+    assert {p: _sha(p) for p in before} == before, "ESCAPE: replica or source file changed"
+    assert not [p for p in EVIL_PATHS if p.exists()], "ESCAPE: an attack wrote a file"
     if case.after is not None:
         probe = engine.execute(loc, case.after[0], LIMITS)
-        assert probe.ok and probe.table.column(0)[0].as_py() == case.after[1], (probe.status, probe.error)
-    canary = engine.execute(loc, CANARY[0], LIMITS)
-    assert canary.ok and canary.table.column(0)[0].as_py() == CANARY[1], (canary.status, canary.error)
+        assert probe.ok and probe.table.column(0)[0].as_py() == case.after[1], \
+            ("ESCAPE: state left behind", probe.status, probe.error)
+    sql, expected = canary(engine_name, case)
+    check_canary(engine.execute(loc, sql, LIMITS), expected)

@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest_servers import SPIDER, register_server_replication, require_data, require_servers  # noqa: E402
-from hostile_cases import CANARY, CASES, LIMITS, case_id  # noqa: E402
+from hostile_cases import CANARY, CASES, LIMITS, canary, case_id, check_canary, expect_status  # noqa: E402
 
 require_servers("postgres", "mysql")
 require_data(SPIDER / "database" / "concert_singer")
@@ -48,20 +48,24 @@ def setup(tmp_path_factory):
 
 @pytest.mark.parametrize("engine_name,case", [(e, c) for e in ENGINES for c in CASES[e]],
                          ids=[f"{e}-{case_id(c)}" for e in ENGINES for c in CASES[e]])
-def test_hostile(setup, engine_name, case):
+def test_hostile(setup, engine_name, case, record_property):
     engines, replicas, writers, src_file = setup
     engine, loc = engines[engine_name], replicas[engine_name].location
     src_sha = hashlib.sha256(src_file.read_bytes()).hexdigest()
     res = LIMITS.enforce(engine.execute(loc, case.sql, LIMITS))
-    assert res.status in case.expect, (res.status, res.error)
+    for k, v in (("engine", engine_name), ("attack_class", case.cls), ("attack_s", res.elapsed_s),
+                 ("limit_s", LIMITS.timeout_s), ("status", res.status.value)):
+        record_property(k, v)
+    expect_status(res, case)
     assert writers[engine_name].fingerprint(loc) == replicas[engine_name].manifest.copy_fingerprint, \
-        "replica content changed"
-    assert hashlib.sha256(src_file.read_bytes()).hexdigest() == src_sha, "source file changed"
+        "ESCAPE: replica content changed"
+    assert hashlib.sha256(src_file.read_bytes()).hexdigest() == src_sha, "ESCAPE: source file changed"
     if case.after is not None:
         probe = engine.execute(loc, case.after[0], LIMITS)
-        assert probe.ok and probe.table.column(0)[0].as_py() == case.after[1], (probe.status, probe.error)
-    canary = engine.execute(loc, CANARY[0], LIMITS)
-    assert canary.ok and canary.table.column(0)[0].as_py() == CANARY[1], (canary.status, canary.error)
+        assert probe.ok and probe.table.column(0)[0].as_py() == case.after[1], \
+            ("ESCAPE: state left behind", probe.status, probe.error)
+    sql, expected = canary(engine_name, case)
+    check_canary(engine.execute(loc, sql, LIMITS), expected)
 
 
 # The server-side layers alone, with the client-side guard and denylist bypassed (as for SQL the

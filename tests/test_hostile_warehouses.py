@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest_servers import require_data  # noqa: E402
-from hostile_cases import CANARY, CASES, LIMITS, STANDIN_EXPECT, case_id  # noqa: E402
+from hostile_cases import CASES, CLASSES, LIMITS, STANDIN_EXPECT, canary, case_id, check_canary, expect_status  # noqa: E402
 
 from polysql_ray.engines.base import ExecStatus as S  # noqa: E402
 
@@ -51,24 +51,26 @@ def targets(tmp_path_factory):
 
 @pytest.mark.parametrize("engine_name,case", [(e, c) for e in ENGINES for c in CASES[e]],
                          ids=[f"{e}-{case_id(c)}" for e in ENGINES for c in CASES[e]])
-def test_hostile(targets, engine_name, case):
+def test_hostile(targets, engine_name, case, record_property):
     t = targets(engine_name)
     res = t.execute(case.sql, LIMITS)
-    assert res.status in STANDIN_EXPECT.get((engine_name, case.name), case.expect), (res.status, res.error)
-    assert t.intact(), "replica content changed"
+    for k, v in (("engine", engine_name), ("attack_class", case.cls), ("attack_s", res.elapsed_s),
+                 ("limit_s", LIMITS.timeout_s), ("status", res.status.value)):
+        record_property(k, v)
+    expect_status(res, case, STANDIN_EXPECT.get((engine_name, case.name), case.expect))
+    assert t.intact(), "ESCAPE: replica content changed"
     check = t.execute(CHECKSUM_SQL, LIMITS)
     assert check.ok and tuple(c[0].as_py() for c in check.table.columns) == source_checksum(), \
-        (check.status, check.error)
-    assert not [p for p in EVIL_PATHS if p.exists()], "an attack wrote a file"
-    canary = t.execute(CANARY[0], LIMITS)
-    assert canary.ok and canary.table.column(0)[0].as_py() == CANARY[1], (canary.status, canary.error)
+        ("UNCONTAINED: checksum", check.status, check.error)
+    assert not [p for p in EVIL_PATHS if p.exists()], "ESCAPE: an attack wrote a file"
+    sql, expected = canary(engine_name, case)
+    check_canary(t.execute(sql, LIMITS), expected)
 
 
 def test_every_warehouse_covers_every_attack_class():
     """file/URL reads, DDL/DML, settings/session, multi-statement, runaway, leaks: per engine."""
     for engine in ENGINES:
         classes = {c.cls for c in CASES[engine]}
-        assert classes >= {"file_access", "ddl_dml", "multi_statement_comment", "session_server_control",
-                           "resource_exhaustion", "information_leak", "malformed_text"}, engine
+        assert classes >= set(CLASSES) - {"cross_replica"}, engine  # cross_replica: test_isolation.py
         assert any(c.expect == {S.TIMEOUT} for c in CASES[engine]), engine
 

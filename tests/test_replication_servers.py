@@ -16,6 +16,7 @@ register_server_replication()
 from polysql_ray.datasets.example import SourceDatabase  # noqa: E402
 from polysql_ray.engines import mysql as my, postgres as pg  # noqa: E402
 from polysql_ray.engines.servers import ServerSettings  # noqa: E402
+from polysql_ray.engines.base import ExecStatus as S  # noqa: E402
 from polysql_ray.replication.base import get_reader, get_writer, replicate  # noqa: E402
 
 DBS = ["concert_singer", "pets_1", "car_1"]
@@ -87,13 +88,42 @@ def test_tampered_copy_is_rebuilt(target, tmp_path):
     assert again.manifest.checksums == rep.manifest.checksums
 
 
-def test_reader_can_only_read_replicas(tmp_path):
+def test_reader_can_only_read_its_own_copy(tmp_path):
+    """Each copy has its own reader account, granted SELECT on that copy only; a reuse puts a
+    lost account back, and dropping the copy drops its account."""
+    import pymysql
+
+    from polysql_ray.replication.mysql import MySQLWriter, reader_account
+
+    settings = ServerSettings.from_dict({}, **my.DEFAULTS)
     rep = replicate(_src("pets_1"), "mysql", tmp_path)
-    with my.connect_raw(ServerSettings.from_dict({}, **my.DEFAULTS)) as c, c.cursor() as cur:
-        cur.execute("SHOW GRANTS")
-        grants = " ".join(r[0] for r in cur.fetchall())
-    assert "ALL PRIVILEGES" not in grants and "FILE" not in grants
-    assert f"GRANT SELECT ON `{rep.location}`.*" in grants
+    other = replicate(_src("concert_singer"), "mysql", tmp_path)
+    account = my.copy_account(settings.user, rep.location)
+    try:
+        with my.connect_raw(settings, user=account) as c, c.cursor() as cur:
+            cur.execute("SHOW GRANTS")
+            grants = [r[0] for r in cur.fetchall()]
+        assert not [g for g in grants if "ALL PRIVILEGES" in g or "FILE" in g]
+        assert [g for g in grants if not g.startswith("GRANT USAGE")] == [
+            f"GRANT SELECT ON `{rep.location}`.* TO `{account}`@`%`"], grants
+        with my.connect_raw(settings, admin=True) as c, c.cursor() as cur:
+            cur.execute(f"DROP USER {reader_account(settings, rep.location)}")
+        assert replicate(_src("pets_1"), "mysql", tmp_path).reused  # reuse re-creates the account
+        with my.connect_raw(settings, user=account, database=rep.location) as c, c.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pets")
+            assert cur.fetchone()[0] > 0
+            with pytest.raises(pymysql.err.MySQLError) as ei:
+                cur.execute(f"SELECT count(*) FROM `{other.location}`.singer")
+            assert my.ERRNO_STATUS[ei.value.args[0]] is S.REJECTED
+    finally:
+        MySQLWriter(settings).drop(rep.location)
+        MySQLWriter(settings).drop(other.location)
+    with my.connect_raw(settings, admin=True) as c, c.cursor() as cur:  # the account went with its copy
+        cur.execute("SELECT count(*) FROM mysql.user WHERE User = %s", (account,))
+        assert cur.fetchone()[0] == 0
+    with pytest.raises(pymysql.err.OperationalError) as ei:
+        my.connect_raw(settings, user=account)
+    assert ei.value.args[0] in (1045, 1698)  # access denied (1698: no such user, no password)
 
 
 @pytest.mark.parametrize("target", ["postgres", "mysql"])

@@ -35,6 +35,7 @@ class Target:
     engine: object
     replica: object
     writer: object
+    settings: dict | None = None  # connection settings of the stand-in (None: chdb)
 
     def execute(self, sql: str, limits):
         """The engine's typed result, with ``limits.max_bytes`` enforced as the pipeline does."""
@@ -86,4 +87,4 @@ def warehouse(name: str, workdir: Path, dataset: str = "hostile"):
         engine_settings = {**settings, "client_grace_s": GRACE_S, **({"pool_size": 1} if name == "snowflake" else {})}
         engine = make_engine(name, **({} if name == "clickhouse" else engine_settings))
         stack.callback(engine.close)
-        yield Target(name, engine, replica, get_writer(name, settings or None))
+        yield Target(name, engine, replica, get_writer(name, settings or None), settings or None)

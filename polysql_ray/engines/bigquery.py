@@ -23,9 +23,15 @@ accepted only together with an ``api_endpoint`` (a loopback emulator in tests). 
 the credentials' job: give the evaluating principal ``roles/bigquery.dataViewer`` on the replica
 datasets and ``roles/bigquery.jobUser`` on the project, nothing else.
 
+One copy per statement: give the evaluating principal ``dataViewer`` on the replica datasets of
+the run only (dataset-level IAM); beyond that, and because the emulator has no IAM, the engine
+refuses client-side (:meth:`BigQueryEngine.scope_refusal`, ``guard.standin_refusal``) any name of
+another copy's dataset (``pq_*``), of another project, of ``INFORMATION_SCHEMA``, a file where a
+table goes and every DuckDB file reader the installed DuckDB offers.
+
 Stand-in: tests run against bqemulator (DuckDB underneath, queries translated by sqlglot). It
-is liberal: DuckDB functions and file reads work there, it enforces neither job timeouts nor
-byte limits, and it reports 0 bytes in dry runs.
+is liberal: DuckDB functions and file reads work there (refused client-side, above), it enforces
+neither job timeouts nor byte limits, and it reports 0 bytes in dry runs.
 """
 from __future__ import annotations
 
@@ -81,6 +87,10 @@ DENIED_FUNCTIONS: frozenset[str] = frozenset({
     "external_query", "read_csv", "read_csv_auto", "read_text", "read_blob", "read_parquet",
     "read_json", "read_json_auto", "read_ndjson", "parquet_scan", "glob",
 })
+
+
+#: Datasets that list every copy (refused as qualifiers, see ``guard.standin_refusal``).
+CATALOGS: frozenset[str] = frozenset({"information_schema"})
 
 
 def classify_error(exc: BaseException) -> ExecStatus:
@@ -251,6 +261,15 @@ class BigQueryEngine(ServerEngine):
             return ExecutionResult.failure(
                 S.TIMEOUT, f"client gave up after {time.perf_counter() - t0:.1f}s and cancelled job {job_id} "
                 f"(job_timeout_ms={int(limits.timeout_s * 1000)} not enforced by the server; {e})")
+
+    def scope_refusal(self, sql: str, location: str):
+        """``guard.standin_refusal``: DuckDB file readers (derived), replacement scans, another
+        copy's dataset (``pq_*``), another project, ``INFORMATION_SCHEMA``."""
+        from polysql_ray.engines.guard import standin_refusal
+        from polysql_ray.engines.servers import REPLICA_PREFIX
+
+        return standin_refusal(sql, self.dialect, location, REPLICA_PREFIX + ".*", CATALOGS,
+                               self.settings.get("project"), DENIED_FUNCTIONS)
 
     def failure(self, e: BaseException, lease, limits: Limits, elapsed_s: float) -> ExecutionResult:
         """:func:`classify_error` for API errors; the rest means BigQuery is unreachable."""

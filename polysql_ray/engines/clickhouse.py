@@ -121,21 +121,39 @@ ERROR_CODES: dict[int, ExecStatus] = {
 DEFAULT_STATUS = S.RUNTIME
 
 #: Scalar functions refused before execution (``readonly=1`` does not stop them): local file
-#: reads and host/server facts. Compared lower-case.
+#: reads and host/server facts. Compared lower-case. These are the *seeds*: the refused set is
+#: :func:`derive_denied` over the server's ``system.functions`` (every alias of a seed, e.g.
+#: ``FQDN`` / ``fullHostName``, ``hostname`` / ``hostName``) and ``system.table_functions``.
 DENIED_FUNCTIONS: frozenset[str] = frozenset({
     "file", "filesystemavailable", "filesystemcapacity", "filesystemunreserved",
-    "getserversetting", "getmacro", "getoskernelversion", "hostname", "fullhostname",
-    "getclienthttpheader", "getserverport",
+    "getserversetting", "getmacro", "getoskernelversion", "hostname", "fullhostname", "fqdn",
+    "displayname", "serveruuid", "tcpport", "getclienthttpheader", "getserverport",
+    "hascolumnintable", "joinget", "joingetornull",  # read tables named by a string
     "sqlite",  # table function: refused by readonly=1, but opening it first creates an empty file
 })
+
+#: Prefixes of scalar functions that read other objects named by a string (dictionaries).
+DENIED_FUNCTION_PREFIXES: tuple[str, ...] = ("dictget", "dicthas", "dictisin")
+
+#: Table functions a statement may use (lower case): they generate rows and read nothing. Every
+#: other table function of the server (``system.table_functions``: ``merge``, ``cluster``,
+#: ``remote``, ``loop``, ``mergeTreeIndex``, ``dictionary``, ``url``, ``s3`` ...) is refused:
+#: several read *other databases* under ``readonly=1`` (``merge(REGEXP('.*'), 't')``).
+ALLOWED_TABLE_FUNCTIONS: frozenset[str] = frozenset({
+    "numbers", "numbers_mt", "zeros", "zeros_mt", "values", "null", "generaterandom",
+    "generateseries", "generate_series", "primes", "view", "format"})
+
+#: Databases that list every copy (refused as qualifiers; ClickHouse has both spellings).
+CATALOG_DATABASES: frozenset[str] = frozenset({"system", "information_schema", "default", "_local"})
+
+#: Name of a replica database in chdb (``load_replica``): ``r_`` + 24 hex of the content id.
+CHDB_REPLICA_PATTERN = r"r_[0-9a-f]{24}"
 
 #: Word sequences (upper case) refused anywhere in the statement: INTO OUTFILE writes a file.
 DENIED_CLAUSES: tuple[tuple[str, ...], ...] = (("INTO", "OUTFILE"),)
 
 _CODE = re.compile(r"Code:\s*(\d+)")
-_DENIED_TEXT = re.compile(
-    r"(?i)(?<![\w.])[`\"]?(" + "|".join(sorted(DENIED_FUNCTIONS)) + r")[`\"]?\s*\(|\bINTO\s+OUTFILE\b")
-
+_DENIED_TEXT = re.compile(r"(?i)\bINTO\s+OUTFILE\b")
 
 def classify_error(message: str) -> ExecStatus:
     """Status of a ClickHouse error from the ``Code: N`` in its message (:data:`ERROR_CODES`)."""
@@ -143,29 +161,69 @@ def classify_error(message: str) -> ExecStatus:
     return ERROR_CODES.get(int(m.group(1)), DEFAULT_STATUS) if m else DEFAULT_STATUS
 
 
-def sandbox_refusal(sql: str) -> str | None:
-    """Why ``sql`` must not reach ClickHouse (a denied function call or clause), else None.
+def derive_denied(functions: list[tuple[str, str]], table_functions: list[str]) -> frozenset[str]:
+    """The refused call names (lower case) from a server's catalog: :data:`DENIED_FUNCTIONS`
+    closed under aliases (``system.functions`` rows ``(name, alias_to)``: a name is refused
+    when it or what it aliases is), names starting with :data:`DENIED_FUNCTION_PREFIXES`, and
+    every table function (``system.table_functions``) not in :data:`ALLOWED_TABLE_FUNCTIONS`."""
+    denied = set(DENIED_FUNCTIONS)
+    pairs = [(n.lower(), (a or "").lower()) for n, a in functions]
+    while True:
+        grown = {x for n, a in pairs if n in denied or (a and a in denied) for x in (n, a) if x}
+        if grown <= denied:
+            break
+        denied |= grown
+    denied |= {n for n, _ in pairs if n.startswith(DENIED_FUNCTION_PREFIXES)}
+    denied |= {t.lower() for t in table_functions} - ALLOWED_TABLE_FUNCTIONS
+    return frozenset(denied)
+
+
+def catalog_denied(query) -> frozenset[str]:
+    """:func:`derive_denied` from a server; ``query(sql) -> list of row tuples``. Falls back to
+    :data:`DENIED_FUNCTIONS` when the catalog cannot be read."""
+    try:
+        return derive_denied([(r[0], r[1]) for r in query("SELECT name, alias_to FROM system.functions")],
+                             [r[0] for r in query("SELECT name FROM system.table_functions")])
+    except Exception:
+        return DENIED_FUNCTIONS
+
+
+def sandbox_refusal(sql: str, denied: frozenset[str] = DENIED_FUNCTIONS) -> str | None:
+    """Why ``sql`` must not reach ClickHouse (a call of a ``denied`` function or table function,
+    or a denied clause), else None.
 
     Checked on sqlglot's ClickHouse tokens (comments and quoting cannot hide a call); when
     the tokenizer fails, on the raw text (conservative)."""
     from sqlglot.dialects.dialect import Dialect
     from sqlglot.tokens import TokenType
 
+    from polysql_ray.engines.guard import called_function
+
     try:
         toks = Dialect.get_or_raise("clickhouse").tokenize(sql)
     except Exception:
         m = _DENIED_TEXT.search(sql)
-        return f"{m.group(0).strip()!r} is not allowed in the sandbox" if m else None
+        name = called_function(sql, "clickhouse", denied)
+        return (f"{m.group(0).strip()!r} is not allowed in the sandbox" if m else
+                f"function {name}() is not allowed in the sandbox" if name else None)
+    name = called_function(sql, "clickhouse", denied)
+    if name is not None:
+        return (f"function {name}() is not allowed in the sandbox (reads files, other databases "
+                f"or host facts)")
     for i, tok in enumerate(toks):
-        nxt = toks[i + 1] if i + 1 < len(toks) else None
-        if (tok.token_type != TokenType.STRING and tok.text.lower() in DENIED_FUNCTIONS
-                and nxt is not None and nxt.token_type == TokenType.L_PAREN):
-            return f"function {tok.text}() is not allowed in the sandbox (reads local files/host facts)"
         for clause in DENIED_CLAUSES:
             words = [t.text.upper() for t in toks[i:i + len(clause)] if t.token_type != TokenType.STRING]
             if tuple(words) == clause:
                 return f"{' '.join(clause)} is not allowed in the sandbox (writes a file)"
     return None
+
+
+def scope_refusal(sql: str, own_database: str, replica_pattern: str) -> str | None:
+    """Why ``sql`` names a database other than its copy's (another copy, another run's replica,
+    ``system`` / ``INFORMATION_SCHEMA``), else None (``guard.foreign_name``)."""
+    from polysql_ray.engines.guard import foreign_name
+
+    return foreign_name(sql, "clickhouse", own_database, replica_pattern, CATALOG_DATABASES)
 
 
 def connection_string(path: str, settings: dict[str, object]) -> str:
@@ -212,6 +270,19 @@ def remove_orphaned_paths(root: str | None = None) -> list[str]:
     return removed
 
 
+def process_denied() -> frozenset[str]:
+    """:func:`derive_denied` from this process's chdb catalog (once per process)."""
+    with _PROCESS_LOCK:
+        if _PROCESS.get("denied") is None:
+            con = _loader()
+
+            def query(q):
+                return [tuple(r.split("\t")) for r in con.query(q, "TSV").bytes().decode().splitlines()]
+
+            _PROCESS["denied"] = catalog_denied(query)
+        return _PROCESS["denied"]
+
+
 def _loader():
     """The trusted writable connection of this process (never runs model SQL)."""
     import chdb
@@ -236,6 +307,12 @@ def read_replica_spec(location: str) -> dict:
     return json.loads((Path(location) / "replica.json").read_text())
 
 
+def replica_database(spec: dict) -> str:
+    """The chdb database of the replica with this ``replica.json``: ``r_<24 hex of content id>``
+    (:data:`CHDB_REPLICA_PATTERN`)."""
+    return "r_" + spec["content_id"][:24]
+
+
 def load_replica(location: str, spec: dict | None = None) -> str:
     """Load the replica folder ``location`` into this process's server; returns its database.
 
@@ -243,7 +320,7 @@ def load_replica(location: str, spec: dict | None = None) -> str:
     anew). Row counts are checked against ``replica.json``. Raises RuntimeError on failure.
     """
     spec = spec or read_replica_spec(location)
-    db = "r_" + spec["content_id"][:24]
+    db = replica_database(spec)
     with _PROCESS_LOCK:
         if db in _PROCESS["loaded"]:
             return db
@@ -368,15 +445,20 @@ class ClickHouseEngine(EmbeddedEngine):
         return super().execute(location, sql, limits)
 
     def missing(self, sql: str, location: str) -> ExecutionResult | None:
-        """REJECTED for a denied function/clause (:func:`sandbox_refusal`), UNAVAILABLE when
-        ``location`` holds no replica."""
-        why = sandbox_refusal(sql)
+        """REJECTED for a denied function/clause (:func:`sandbox_refusal` with the derived
+        :func:`process_denied`) or a name of another database (:func:`scope_refusal`: every
+        copy this process loaded shares one chdb server), UNAVAILABLE when ``location`` holds
+        no replica."""
+        why = sandbox_refusal(sql, process_denied())
         if why is not None:
             return ExecutionResult.failure(S.REJECTED, why)
         try:
-            read_replica_spec(location)
+            spec = read_replica_spec(location)
         except (OSError, ValueError) as e:
             return ExecutionResult.failure(S.UNAVAILABLE, f"replica not found: {location} ({e})")
+        why = scope_refusal(sql, replica_database(spec), CHDB_REPLICA_PATTERN)
+        if why is not None:
+            return ExecutionResult.failure(S.REJECTED, why)
         return None
 
     def open(self, location: str, limits: Limits):

@@ -130,6 +130,7 @@ class ClickHouseServerEngine:
         self.grace_s = float(settings.extra.get("client_grace_s", CLIENT_GRACE_S))
         self._clients: dict[tuple, object] = {}
         self._loaded: dict[str, str] = {}
+        self._denied: frozenset[str] | None = None
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ connections
@@ -217,6 +218,36 @@ class ClickHouseServerEngine:
                                             parameters={"db": db}).result_rows]
         return {n: int(client.command(f"SELECT count() FROM {quote(db)}.{quote(n)}")) for n in names}
 
+    def denied(self) -> frozenset[str]:
+        """Refused call names derived from the server's own ``system.functions`` and
+        ``system.table_functions`` (``clickhouse.catalog_denied``: every alias of a host-name
+        or file function, every table function that reads elsewhere), read once as the reader."""
+        if self._denied is None:
+            from polysql_ray.engines.clickhouse import catalog_denied
+
+            from polysql_ray.engines.clickhouse import DENIED_FUNCTIONS
+
+            found = catalog_denied(lambda q: self._client(False, 30.0).query(q).result_rows)
+            if found is DENIED_FUNCTIONS:  # catalog unreadable now: the seeds, derive next time
+                return found
+            self._denied = found
+        return self._denied
+
+    def scope(self, sql: str, location: str) -> str | None:
+        """Why ``sql`` names a database other than the copy's own (``clickhouse.scope_refusal``:
+        another copy ``<database>_<content id>``, ``system``, ``INFORMATION_SCHEMA``), else None.
+        Least privilege on the server (``GRANT SELECT ON <database>_*.*``) cannot tell copies
+        apart; this refusal does."""
+        import re
+
+        from polysql_ray.engines.clickhouse import read_replica_spec, scope_refusal
+
+        try:
+            own = self.database_for(read_replica_spec(location))
+        except (OSError, ValueError):
+            return None  # execute reports the missing replica
+        return scope_refusal(sql, own, re.escape(self.settings.database) + r"_[0-9a-f]{24}(_load_[0-9a-f]{8})?")
+
     # ------------------------------------------------------------------ execution
     def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
         """Run one untrusted statement on the server, read-only, in the replica's database.
@@ -226,7 +257,8 @@ class ClickHouseServerEngine:
 
         with LiveStopwatch() as sw:
             refusal, sql = precheck(sql, self.dialect, frozenset(), limits)
-            why = None if refusal else (sandbox_refusal(sql) or format_clause(sql))
+            why = None if refusal else (sandbox_refusal(sql, self.denied()) or format_clause(sql)
+                                        or self.scope(sql, location))
             if refusal is not None:
                 return ExecutionResult.failure(refusal[0], refusal[1], sw.now())
             if why is not None:

@@ -154,3 +154,218 @@ def embedded_refusal(sql: str, dialect: str, location: str, limits=None):
     if not os.path.isfile(location):
         return ExecutionResult.failure(ExecStatus.UNAVAILABLE, f"database file not found: {location}")
     return None
+
+
+# --------------------------------------------------------------------------- token-level refusals
+# Client-side layers for engines whose server cannot enforce them (README "Untrusted SQL"):
+# the DuckDB-backed warehouse stand-ins (fakesnow, bqemulator) and chdb. They work on sqlglot
+# *tokens*, not on a parse tree, so SQL sqlglot cannot parse is judged too, and comments or
+# quoting cannot hide a name.
+
+#: DuckDB table functions that turn a *string* into SQL (not file readers, but they run text no
+#: client-side check has seen): refused on the stand-ins beside the derived file readers.
+DUCKDB_SQL_FROM_TEXT: frozenset[str] = frozenset({"query", "query_table", "json_execute_serialized_sql"})
+
+#: Extensions of files DuckDB's replacement scan reads when a quoted name in FROM ends with one
+#: (DuckDB docs "Replacement scans"; compressed forms end with these too).
+DATA_FILE_SUFFIXES: tuple[str, ...] = (
+    ".csv", ".tsv", ".txt", ".parquet", ".json", ".jsonl", ".ndjson", ".xlsx", ".arrow", ".db",
+    ".duckdb", ".sqlite", ".avro", ".orc", ".gz", ".zst", ".bz2", ".xz", ".lz4")
+
+#: Token types of names (identifiers and words); STRING is judged separately.
+_NAME_TOKENS = frozenset({TokenType.VAR, TokenType.IDENTIFIER})
+
+#: Keywords after which a FROM list ends (at the same parenthesis depth).
+_END_OF_FROM = frozenset({"WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "QUALIFY", "WINDOW", "UNION",
+                          "EXCEPT", "INTERSECT", "SELECT", "ON", "USING", "SETTINGS", "FORMAT"})
+
+_DUCKDB_READERS: frozenset[str] | None = None
+
+
+#: Run in a child process by :func:`duckdb_file_readers` (a probe may switch on profiling or
+#: logging output of its connection; the child keeps that away from this process).
+_READER_PROBE = r"""
+import json, duckdb
+con = duckdb.connect(config={"enable_external_access": False, "autoinstall_known_extensions": False,
+                             "autoload_known_extensions": False})
+names = [r[0] for r in con.execute(
+    "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type IN ('table', 'table_macro') "
+    "AND len(parameter_types) >= 1 AND upper(parameter_types[1]) IN ('VARCHAR', 'VARCHAR[]', 'ANY')").fetchall()]
+found = [r[0].lower() for r in con.execute(
+    "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type IN ('table', 'table_macro') "
+    "AND (function_name LIKE 'duckdb\\_%' ESCAPE '\\' OR function_name LIKE 'pragma\\_%' ESCAPE '\\' "
+    "OR function_name = 'which_secret')").fetchall()]
+for name in names:
+    try:
+        con.execute("SELECT * FROM \"" + name.replace('"', '""') + "\"('/nonexistent/polysql_probe.csv')").fetchmany(1)
+    except duckdb.Error as e:
+        if isinstance(e, duckdb.PermissionException) or "disabled by configuration" in str(e):
+            found.append(name.lower())
+print("POLYSQL_READERS " + json.dumps(sorted(found)))
+"""
+
+
+def duckdb_file_readers() -> frozenset[str]:
+    """Names (lower case) of every table function of the installed DuckDB that reaches the file
+    system or the network, derived from ``duckdb_functions()`` rather than listed by hand: in a
+    child process, each table function taking a VARCHAR first argument is called on a throwaway
+    in-memory connection with ``enable_external_access=false`` with a path that does not exist,
+    and those DuckDB refuses there with a permission error are the readers (read_csv,
+    read_text, sniff_csv, glob, parquet_metadata, read_duckdb, query_table ...); plus DuckDB's
+    own catalog and configuration functions (``duckdb_*``, ``pragma_*``, ``which_secret``: file
+    paths of the attached databases, settings, secrets, extension folders) and
+    :data:`DUCKDB_SQL_FROM_TEXT`. Computed once per process (about a second); only
+    :data:`DUCKDB_SQL_FROM_TEXT` when DuckDB is not installed or the probe fails."""
+    global _DUCKDB_READERS
+    if _DUCKDB_READERS is None:
+        import json
+        import subprocess
+        import sys
+
+        found: set[str] = set()
+        try:
+            out = subprocess.run([sys.executable, "-c", _READER_PROBE], capture_output=True, text=True,
+                                 timeout=120).stdout
+            for line in out.splitlines():
+                if line.startswith("POLYSQL_READERS "):
+                    found = set(json.loads(line.split(" ", 1)[1]))
+        except (OSError, subprocess.SubprocessError, ValueError):
+            pass
+        _DUCKDB_READERS = frozenset(found) | DUCKDB_SQL_FROM_TEXT
+    return _DUCKDB_READERS
+
+
+def _tokens(sql: str, dialect: str):
+    """sqlglot tokens of ``sql`` in ``dialect``, or None when the tokenizer fails."""
+    try:
+        return Dialect.get_or_raise(dialect).tokenize(sql)
+    except Exception:
+        return None
+
+
+def called_function(sql: str, dialect: str, names: frozenset[str]) -> str | None:
+    """The first name of ``names`` (lower case) that ``sql`` calls - a name token, quoted or
+    not, followed by ``(`` - else None. Unlike ``servers.denied_function`` it needs no parse, so
+    SQL sqlglot cannot parse is judged too; on a tokenizer failure the raw text is searched."""
+    toks = _tokens(sql, dialect)
+    if toks is None:
+        m = re.search(r"(?i)(?<![\w.$])[`\"]?(" + "|".join(map(re.escape, sorted(names))) + r")[`\"]?\s*\(",
+                      sql) if names else None
+        return m.group(1).lower() if m else None
+    for i, tok in enumerate(toks[:-1]):
+        if tok.token_type != TokenType.STRING and tok.text.lower() in names \
+                and toks[i + 1].token_type == TokenType.L_PAREN:
+            return tok.text.lower()
+    return None
+
+
+def replacement_scan(sql: str, dialect: str) -> str | None:
+    """Why ``sql`` names a *file* where a table goes, else None: a string literal directly in a
+    FROM list (``FROM '/tmp/x.csv'``, ``JOIN 'x.parquet'``, ``FROM t, 'y.csv'``), or a quoted
+    name there that looks like a path (contains ``/``, ``\\``, ``~`` or ``:``, or ends with a
+    :data:`DATA_FILE_SUFFIXES` suffix). DuckDB (and the stand-ins built on it) reads such names
+    as files (replacement scans); no warehouse does."""
+    toks = _tokens(sql, dialect)
+    if toks is None:
+        return None
+    depth = 0
+    in_from: dict[int, bool] = {}
+    prev = None
+    for tok in toks:
+        tt, word = tok.token_type, tok.text.upper()
+        if tt == TokenType.L_PAREN:
+            depth += 1
+        elif tt == TokenType.R_PAREN:
+            in_from[depth] = False
+            depth -= 1
+        elif tt in (TokenType.FROM, TokenType.JOIN) or word in ("FROM", "JOIN"):
+            in_from[depth] = True
+        elif tt not in (TokenType.STRING, *_NAME_TOKENS) and word in _END_OF_FROM:
+            in_from[depth] = False
+        elif in_from.get(depth) and prev is not None and (
+                prev.token_type in (TokenType.FROM, TokenType.JOIN, TokenType.COMMA)
+                or prev.text.upper() in ("FROM", "JOIN")):
+            text = tok.text
+            if tt == TokenType.STRING:
+                return f"a string in FROM ({text[:60]!r}) is read as a file by DuckDB (replacement scan)"
+            if tt == TokenType.IDENTIFIER and (any(c in text for c in "/\\~:")
+                                               or text.lower().endswith(DATA_FILE_SUFFIXES)):
+                return f"a path-like name in FROM ({text[:60]!r}) is read as a file by DuckDB (replacement scan)"
+        prev = tok
+    return None
+
+
+def foreign_name(sql: str, dialect: str, own: str, replica_pattern: str,
+                 catalogs: frozenset[str] = frozenset(), own_catalog: str | None = None) -> str | None:
+    """Why ``sql`` names a database/schema/dataset other than its own copy ``own``, else None.
+
+    1. On sqlglot tokens (no parse needed), case-insensitively, each dotted part of a name
+       token (a BigQuery ```project.dataset.table``` is one quoted token): a part matching
+       ``replica_pattern`` (a regex: the names this project gives copies, e.g. ``pq_.*`` or
+       ``r_[0-9a-f]{24}``) that is not ``own`` - another copy, another run's replica; a part
+       in ``catalogs`` (``information_schema``, ``system`` ...) followed by a ``.`` - a catalog
+       listing every copy.
+    2. When sqlglot parses the statement: every table whose schema/database qualifier is set
+       must be ``own``, and its catalog qualifier (Snowflake database, BigQuery project), when
+       set, ``own_catalog`` - so a name outside the project's naming (a team's private
+       schema) is refused too.
+
+    Returns the sentence for the REJECTED result."""
+    toks = _tokens(sql, dialect)
+    if toks is None:
+        return None
+    pat = re.compile(replica_pattern, re.IGNORECASE)
+    own_l = own.lower()
+    cats = {c.lower() for c in catalogs}
+    for i, tok in enumerate(toks):
+        if tok.token_type not in _NAME_TOKENS:
+            continue
+        parts = tok.text.split(".") if tok.token_type == TokenType.IDENTIFIER else [tok.text]
+        nxt = toks[i + 1] if i + 1 < len(toks) else None
+        for j, part in enumerate(parts):
+            low = part.lower()
+            if pat.fullmatch(part) and low != own_l:
+                return f"{part!r} names another copy's database; only this copy is visible"
+            dotted = j < len(parts) - 1 or (nxt is not None and nxt.token_type == TokenType.DOT)
+            if low in cats and dotted:
+                return f"{part!r} is a catalog of every copy; only this copy is visible"
+    try:
+        import sqlglot
+        from sqlglot import exp
+
+        trees = sqlglot.parse(sql, read=dialect)
+    except Exception:
+        return None
+    for tree in trees:
+        for table in (tree.find_all(exp.Table) if tree is not None else ()):
+            db, catalog = table.db, table.catalog
+            if "." in table.name and not db:  # one quoted `a.b.c` the dialect did not split
+                *quals, _ = table.name.split(".")
+                catalog, db = (quals[0] if len(quals) > 1 else ""), quals[-1]
+            if db and db.lower() != own_l:
+                return f"{db!r} is not this copy's schema; only this copy is visible"
+            if catalog and own_catalog is not None and catalog.lower() != own_catalog.lower():
+                return f"{catalog!r} is not this copy's database; only this copy is visible"
+    return None
+
+
+def standin_refusal(sql: str, dialect: str, own: str, replica_pattern: str, catalogs: frozenset[str],
+                    own_catalog: str | None, denied: frozenset[str] = frozenset()):
+    """``(ExecStatus.REJECTED, message)`` for a warehouse statement that reaches beyond its copy,
+    else None - the client-side layer of Snowflake and BigQuery (README "Untrusted SQL"):
+
+    * a call of a DuckDB file/network reader or SQL-from-text function
+      (:func:`duckdb_file_readers`, derived from the installed DuckDB) or of ``denied``: the
+      DuckDB-backed stand-ins run them, no warehouse has them;
+    * a file named where a table goes (:func:`replacement_scan`);
+    * another copy's schema/dataset, another database/project, or a catalog listing every copy
+      (:func:`foreign_name`): on the warehouse the reader role / dataset grants refuse it too,
+      the stand-ins have no privileges at all.
+    """
+    from polysql_ray.engines.base import ExecStatus
+
+    name = called_function(sql, dialect, duckdb_file_readers() | denied)
+    if name is not None:
+        return ExecStatus.REJECTED, f"function {name}() is not allowed in the sandbox (reads files or runs text)"
+    why = replacement_scan(sql, dialect) or foreign_name(sql, dialect, own, replica_pattern, catalogs, own_catalog)
+    return (ExecStatus.REJECTED, why) if why else None

@@ -6,9 +6,14 @@ Layout: one database per (dataset, db_id), named ``pq_<dataset>_<db_id>``
 
 Sandbox (README "Untrusted SQL"):
 
-* runs as the least-privilege user ``polysql_reader`` (created by ``replication/mysql.py``:
-  ``GRANT SELECT`` on ``pq\\_%`` databases only; no FILE, PROCESS, SUPER ...): ``INTO OUTFILE``
-  and ``SET GLOBAL`` fail with privilege errors (1045/1227) -> REJECTED;
+* **one reader account per copy** (:func:`copy_account`: ``<user>_<hash of the database>``,
+  created by ``replication/mysql.py``): ``GRANT SELECT`` on its copy's database (and the alias
+  databases the copy claimed) and nothing else; no FILE, PROCESS, SUPER ...: ``INTO OUTFILE``
+  and ``SET GLOBAL`` fail with privilege errors (1045/1227) -> REJECTED, and another copy's
+  database - another db_id, another run's replica, an admin database - is refused by the
+  server (1142/1044 -> REJECTED) and absent from ``information_schema``, whatever the SQL;
+  connections are pooled per copy (``ConnectionPool.acquire(key)``, the bound holds across
+  copies);
 * **a fresh session per statement**: ``COM_RESET_CONNECTION`` before every statement drops
   user variables, named locks (``GET_LOCK``), ``HANDLER`` state, temporary tables, prepared
   statements and session variables a previous prediction may have left; then one trusted
@@ -211,15 +216,25 @@ class _Conn:
         self.thread_id: int = raw.thread_id()
 
 
+def copy_account(user: str, database: str) -> str:
+    """The reader account of the copy in ``database``: ``<user>_<12 hex of sha256(database)>``
+    (lower case; ``user`` cut to 16 characters so the name fits MySQL's 32). Deterministic, so
+    the writer that grants and the engine that connects agree without a shared record."""
+    import hashlib
+
+    return f"{user[:16]}_{hashlib.sha256(database.lower().encode()).hexdigest()[:12]}"
+
+
 def connect_raw(settings: ServerSettings, admin: bool = False, database: str | None = None,
-                **extra):
-    """Open a PyMySQL connection (reader unless ``admin``), autocommit, utf8mb4, no
-    multi-statements. Raises ``pymysql.err.OperationalError`` when unreachable."""
+                user: str | None = None, **extra):
+    """Open a PyMySQL connection (``user``, else the configured reader; the admin when
+    ``admin``), autocommit, utf8mb4, no multi-statements. Raises
+    ``pymysql.err.OperationalError`` when unreachable or refused."""
     import pymysql
 
     pw = settings.admin_password() if admin else settings.reader_password()
     return pymysql.connect(host=settings.host, port=int(settings.port),
-                           user=settings.admin_user if admin else settings.user,
+                           user=settings.admin_user if admin else (user or settings.user),
                            password=pw or "", database=database or None, charset="utf8mb4",
                            autocommit=True, connect_timeout=max(1, int(settings.connect_timeout_s)),
                            client_flag=0, **extra)
@@ -258,7 +273,7 @@ class MySQLEngine(ServerEngine):
     varchar_with_length = "VARCHAR({n})"
     writer = "polysql_ray.replication.mysql:MySQLWriter"
     reader = "polysql_ray.replication.mysql_source:MySQLReader"
-    sandbox = {"flavours": FLAVOURS, "role": "polysql_reader", "session_reset": "COM_RESET_CONNECTION",
+    sandbox = {"flavours": FLAVOURS, "role": "polysql_reader_<copy hash> (one per copy)", "session_reset": "COM_RESET_CONNECTION",
                "statement_check": "Com_select == 1", "multi_statements": False}
     error_table = ERRNO_STATUS
     denied_functions = DENIED_FUNCTIONS
@@ -279,18 +294,18 @@ class MySQLEngine(ServerEngine):
         self.pool: ConnectionPool = ConnectionPool(self._open, lambda c: c.raw.close(),
                                                    settings.pool_size)
         self.queries = 0
-        self._control = None  # watchdog connection (KILL QUERY), opened on first need
-        import threading
-
-        self._control_lock = threading.Lock()
 
     def __repr__(self) -> str:
         s = self.settings
         return f"MySQLEngine({s.user}@{s.host}:{s.port}, pool={s.pool_size})"
 
-    def _open(self) -> _Conn:
-        raw = connect_raw(self.settings)
-        return _Conn(raw, server_flavour(raw))
+    def _open(self, database: str) -> _Conn:
+        """A connection as the copy's own reader account, in its database."""
+        raw = connect_raw(self.settings, database=database,
+                          user=copy_account(self.settings.user, database))
+        conn = _Conn(raw, server_flavour(raw))
+        conn.db = database
+        return conn
 
     def _session(self, conn: _Conn, limits: Limits) -> tuple[str, list]:
         """The one trusted ``SET SESSION`` run after each reset, and its bound parameters.
@@ -333,26 +348,20 @@ class MySQLEngine(ServerEngine):
                 "standin": "", "settings": {n: str(v) for n, v in zip(names, row[1:])},
                 "endpoint": f"{self.settings.host}:{self.settings.port}"}
 
-    def _kill_query(self, thread_id: int) -> None:
-        """Watchdog: ``KILL QUERY <thread_id>`` from the control connection (same account: an
-        account may kill its own statements). Errors are swallowed (the query may be done)."""
+    def _kill_query(self, database: str, thread_id: int) -> None:
+        """Watchdog: ``KILL QUERY <thread_id>`` from a fresh connection of the same copy account
+        (an account may kill its own statements, and only those). Errors are swallowed (the
+        query may be done)."""
         import pymysql
 
-        with self._control_lock:
-            for _ in range(2):
-                try:
-                    if self._control is None:
-                        self._control = connect_raw(self.settings)
-                    with self._control.cursor() as cur:
-                        cur.execute(f"KILL QUERY {int(thread_id)}")
-                    return
-                except pymysql.err.MySQLError:
-                    try:
-                        if self._control is not None:
-                            self._control.close()
-                    except Exception:
-                        pass
-                    self._control = None
+        for _ in range(2):
+            try:
+                with connect_raw(self.settings, user=copy_account(self.settings.user, database)) as c, \
+                        c.cursor() as cur:
+                    cur.execute(f"KILL QUERY {int(thread_id)}")
+                return
+            except pymysql.err.MySQLError:
+                continue
 
     # ------------------------------------------------------------------ execution hooks
     def driver_errors(self) -> tuple[tuple, tuple]:
@@ -362,8 +371,8 @@ class MySQLEngine(ServerEngine):
         return (pymysql.err.MySQLError,), (pymysql.err.OperationalError,)
 
     def acquire(self, limits: Limits, location: str = ""):
-        """A pooled connection."""
-        return self.pool.acquire()
+        """A pooled connection of the copy's reader account (keyed by ``location``)."""
+        return self.pool.acquire(location)
 
     def lost(self, exc: BaseException, lease) -> bool:
         """An interface error or a lost-connection number (:data:`LOST_CONNECTION_ERRNOS`)."""
@@ -403,7 +412,7 @@ class MySQLEngine(ServerEngine):
 
         def watchdog() -> None:
             fired.set()
-            self._kill_query(conn.thread_id)
+            self._kill_query(location, conn.thread_id)
 
         timer = threading.Timer(limits.timeout_s + WATCHDOG_GRACE_S, watchdog)
         timer.daemon = True
@@ -445,12 +454,5 @@ class MySQLEngine(ServerEngine):
         return ExecutionResult(S.OK, rows_to_arrow(names, list(rows), types))
 
     def close(self) -> None:
-        """Close pooled connections and the watchdog's control connection."""
+        """Close pooled connections."""
         self.pool.close()
-        with self._control_lock:
-            if self._control is not None:
-                try:
-                    self._control.close()
-                except Exception:
-                    pass
-                self._control = None

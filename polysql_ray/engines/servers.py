@@ -518,6 +518,13 @@ class ServerEngine(EngineDeclaration):
     def after(self, lease: "Lease") -> None:
         """Runs after every statement on its lease (e.g. reset the session)."""
 
+    def scope_refusal(self, sql: str, location: str):
+        """``(ExecStatus, message)`` for a statement refused client-side before it reaches the
+        server because it reaches beyond the copy ``location`` (another copy, a catalog, a
+        host file on a stand-in), else None. Default: nothing (the server's privileges decide).
+        """
+        return None
+
     # ------------------------------------------------------------------ the one path
     def execute(self, location: str, sql: str, limits):
         """Run one untrusted statement read-only in ``location`` (the replica's database,
@@ -530,6 +537,8 @@ class ServerEngine(EngineDeclaration):
                                     send_unmodified=self.send_unmodified, denied_text=self.denied_text)
             if refusal is None and self.tokenizer_guard:
                 refusal = warehouse_refusal(sql, self.dialect)
+            if refusal is None:
+                refusal = self.scope_refusal(sql, location)
         if refusal is not None:
             return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
         statement_errors, connect_errors = self.driver_errors()

@@ -23,8 +23,15 @@ source resolves names case-insensitively (``engines.identifiers.replica_name_for
 ``select name from singer`` resolves like on SQLite; the schema itself is ``PQ_<DATASET>_<DB_ID>``
 upper case.
 
+One copy per statement: the reader role sees the replica schemas it was granted; beyond that,
+and because the stand-in has no roles at all, the engine refuses client-side
+(:meth:`SnowflakeEngine.scope_refusal`, ``guard.standin_refusal``) any name of another copy's
+schema (``PQ_*``), of another database, of ``INFORMATION_SCHEMA``/``SNOWFLAKE.ACCOUNT_USAGE``,
+a file where a table goes and every DuckDB file reader the installed DuckDB offers.
+
 Stand-in: tests run against fakesnow in server mode (DuckDB underneath). It cannot show
-identifier case, NUMBER scales, timeouts, roles or read-only, and it reads local files.
+identifier case, NUMBER scales, timeouts, roles or read-only, and it reads local files (the
+client-side refusals above keep predictions from them).
 """
 from __future__ import annotations
 
@@ -94,6 +101,11 @@ DENIED_FUNCTIONS: frozenset[str] = frozenset({
     "read_json_auto", "read_ndjson", "parquet_scan", "glob", "get_presigned_url",
     "build_scoped_file_url", "build_stage_file_url", "system$get_privatelink_config",
 })
+
+
+#: Schemas/databases that list every copy (refused as qualifiers, see ``guard.standin_refusal``).
+CATALOGS: frozenset[str] = frozenset({"information_schema", "account_usage", "snowflake",
+                                      "organization_usage", "reader_account_usage", "data_sharing_usage"})
 
 
 #: (message regex, status) checked first: causes one error number covers. Snowflake reports
@@ -256,6 +268,15 @@ class SnowflakeEngine(ServerEngine):
         table = rows_to_arrow([d.name for d in desc], [tuple(r) for r in rows],
                               [TYPE_CODE_ARROW.get(d.type_code, pa.null()) for d in desc])
         return ExecutionResult(S.OK, table, None)
+
+    def scope_refusal(self, sql: str, location: str):
+        """``guard.standin_refusal``: DuckDB file readers (derived), replacement scans, another
+        copy's schema, another database, ``INFORMATION_SCHEMA`` / ``SNOWFLAKE.ACCOUNT_USAGE``."""
+        from polysql_ray.engines.guard import standin_refusal
+        from polysql_ray.engines.servers import REPLICA_PREFIX
+
+        return standin_refusal(sql, self.dialect, location, REPLICA_PREFIX + ".*", CATALOGS,
+                               self.settings.database, DENIED_FUNCTIONS)
 
     def failure(self, e: BaseException, lease, limits: Limits, elapsed_s: float) -> ExecutionResult:
         """:func:`classify_error`; a network error past the timeout is the client giving up."""

@@ -36,7 +36,10 @@ then, with ``FOREIGN_KEY_CHECKS=1`` so the server validates existing rows, PRIMA
 NOT NULL and FOREIGN KEY one by one; each one the server refuses (duplicates, NULLs,
 orphans, type mismatch) is dropped alone and recorded with the server's message. DDL is not
 transactional in MySQL: on any failure the database is dropped by ``replicate``.
-Then ``GRANT SELECT ON db.*`` to the reader user (:func:`ensure_reader_user`).
+Then ``GRANT SELECT ON db.*`` to the copy's own reader account (:func:`ensure_reader_user`,
+``engines.mysql.copy_account``) and to no other account: a statement of another copy cannot
+name this database (README "Untrusted SQL"). A reused copy gets its account and grants again
+(:meth:`MySQLWriter.ensure_reader`); :meth:`MySQLWriter.drop` drops the account with the copy.
 """
 from __future__ import annotations
 
@@ -70,15 +73,16 @@ def bq(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def ensure_reader_user(settings: ServerSettings, cur, flavour: str) -> str:
-    """Create/refresh the reader user ``'<user>'@'<reader_host>'`` (admin cursor).
+def ensure_reader_user(settings: ServerSettings, cur, flavour: str, database: str) -> str:
+    """Create/refresh the reader account of the copy in ``database`` (admin cursor):
+    ``'<copy_account>'@'<reader_host>'`` (``engines.mysql.copy_account``).
 
     ``reader_host`` comes from ``settings.extra`` (default ``%``). Password from the reader
     secret ('' when none). No global privileges (USAGE only); MariaDB also gets
-    ``MAX_STATEMENT_TIME`` as a backstop. Returns the account string for GRANTs.
+    ``MAX_STATEMENT_TIME`` as a backstop. The caller grants ``SELECT`` on the copy's databases
+    only. Returns the account string for GRANTs.
     """
-    host = settings.extra.get("reader_host", "%")
-    account = f"'{settings.user}'@'{host}'"
+    account = reader_account(settings, database)
     pw = settings.reader_password() or ""
     fmt = account.replace("%", "%%")  # PyMySQL formats with %
     cur.execute(f"CREATE USER IF NOT EXISTS {fmt} IDENTIFIED BY %s", (pw,))
@@ -86,6 +90,12 @@ def ensure_reader_user(settings: ServerSettings, cur, flavour: str) -> str:
     if flavour == "mariadb":
         cur.execute(f"ALTER USER {account} WITH MAX_STATEMENT_TIME {READER_MAX_STATEMENT_TIME_S}")
     return account
+
+
+def reader_account(settings: ServerSettings, database: str) -> str:
+    """``'<copy_account>'@'<reader_host>'`` of the copy in ``database`` (quoted for SQL)."""
+    host = settings.extra.get("reader_host", "%")
+    return f"'{my_engine.copy_account(settings.user, database)}'@'{host}'"
 
 
 class MySQLWriter:
@@ -126,6 +136,26 @@ class MySQLWriter:
         with self._admin() as c, c.cursor() as cur:
             cur.execute("SELECT @@lower_case_table_names")
             return {"lower_case_table_names": int(cur.fetchone()[0])}
+
+    def _reader_user(self, cur, flavour: str, location: str) -> str:
+        """:func:`ensure_reader_user` under a server lock (parallel replication tasks)."""
+        cur.execute("SELECT GET_LOCK('polysql_ray:reader_user', 60)")
+        try:
+            return ensure_reader_user(self.settings, cur, flavour, location)
+        finally:
+            cur.execute("SELECT RELEASE_LOCK('polysql_ray:reader_user')")
+
+    def ensure_reader(self, location: str) -> None:
+        """Give a reused copy its reader account and ``SELECT`` grants again (copy database and
+        claimed alias databases): a copy built before per-copy accounts, or an account dropped
+        by hand, becomes readable again without a rebuild."""
+        with self._admin() as conn, conn.cursor() as cur:
+            account = self._reader_user(cur, my_engine.server_flavour(conn), location)
+            cur.execute(f"GRANT SELECT ON {bq(location)}.* TO {account}")
+            cur.execute("SELECT schema_name FROM information_schema.schemata "
+                        "WHERE schema_comment = %s", (alias_claim(location),))
+            for (alias,) in cur.fetchall():
+                cur.execute(f"GRANT SELECT ON {bq(alias)}.* TO {account}")
 
     # ------------------------------------------------------------------ write
     def _key_columns(self, t: TableSpec) -> set[str]:
@@ -172,12 +202,7 @@ class MySQLWriter:
                         raise ReplicationError(
                             f"{location}: table names differ only in case and the server has "
                             f"lower_case_table_names={lctn}")
-                # parallel replication tasks: serialize the account DDL across connections
-                cur.execute("SELECT GET_LOCK('polysql_ray:reader_user', 60)")
-                try:
-                    account = ensure_reader_user(self.settings, cur, flavour)
-                finally:
-                    cur.execute("SELECT RELEASE_LOCK('polysql_ray:reader_user')")
+                account = self._reader_user(cur, flavour, location)
                 cur.execute(f"DROP DATABASE IF EXISTS {db}")
                 cur.execute(f"CREATE DATABASE {db} CHARACTER SET utf8mb4")
                 conn.select_db(location)
@@ -315,8 +340,7 @@ class MySQLWriter:
             for t in tables:
                 cur.execute(f"CREATE OR REPLACE SQL SECURITY DEFINER VIEW {bq(stored)}.{bq(t.name)} "
                             f"AS SELECT * FROM {bq(location)}.{bq(t.name)}")
-            host = self.settings.extra.get("reader_host", "%")
-            cur.execute(f"GRANT SELECT ON {bq(stored)}.* TO '{self.settings.user}'@'{host}'")
+            cur.execute(f"GRANT SELECT ON {bq(stored)}.* TO {reader_account(self.settings, location)}")
         return (f"resolves: alias database {stored!r} of views over {location!r}, "
                 f"claimed for this copy")
 
@@ -326,8 +350,10 @@ class MySQLWriter:
         return cur.fetchone() is not None
 
     def drop(self, location: str) -> None:
-        """``DROP DATABASE IF EXISTS``, with the alias databases this copy claimed."""
+        """``DROP DATABASE IF EXISTS``, with the alias databases this copy claimed and the
+        copy's reader account."""
         with self._admin() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP USER IF EXISTS {reader_account(self.settings, location)}")
             cur.execute("SELECT schema_name FROM information_schema.schemata "
                         "WHERE schema_comment = %s", (alias_claim(location),))
             for (alias,) in cur.fetchall():

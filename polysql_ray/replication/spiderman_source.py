@@ -39,6 +39,9 @@ def install_source(root: Path | str, db_id: str, settings: ServerSettings | dict
         if row and not force:
             m = re.fullmatch(r"polysql input=([0-9a-f]{64}) content=([0-9a-f]{64})", row[0] or "")
             if m and m.group(1) == ih and mysql_fingerprint(settings, name) == m.group(2):
+                # a source installed before per-copy reader accounts gets its own account now
+                account = ensure_reader_user(settings, cur, my_engine.server_flavour(conn), name)
+                cur.execute(f"GRANT SELECT ON {bq(name)}.* TO {account}")
                 return name, True
         skip = set(missing_tables(root, db_id))
         d = root / "databases" / db_id
@@ -60,7 +63,7 @@ def install_source(root: Path | str, db_id: str, settings: ServerSettings | dict
             for i in range(0, len(rows), 2000):
                 cur.executemany(stmt, rows[i:i + 2000])
         flavour = my_engine.server_flavour(conn)
-        account = ensure_reader_user(settings, cur, flavour)
+        account = ensure_reader_user(settings, cur, flavour, name)
         cur.execute(f"GRANT SELECT ON {bq(name)}.* TO {account}")
         fp = mysql_fingerprint(settings, name)
         cur.execute(f"ALTER DATABASE {bq(name)} COMMENT %s", (f"polysql input={ih} content={fp}",))
