@@ -37,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "tests"))
 
 import vllm_bench  # noqa: E402
 
@@ -64,7 +65,6 @@ def build_model(workdir: Path, arch: str, weights: str, tokenizer_text: list[str
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    sys.path.insert(0, str(REPO / "tests"))
     from tiny_model import CHAT_TEMPLATE
 
     path = workdir / f"{arch}-{weights}"
@@ -123,7 +123,7 @@ def main(argv=None) -> None:
     work.mkdir(parents=True, exist_ok=True)
     only = set(args.only.split(","))
     if args.cpu_smoke:
-        from tiny_model import build_tiny_model  # noqa: E402 - tests/ is on sys.path via build_model's import
+        from tiny_model import build_tiny_model
 
         model = build_tiny_model(work / "tiny")
         common = ["--model", str(model), "--max-tokens", "8", "--dtype", "float32", "--max-model-len", "8192",
@@ -131,7 +131,6 @@ def main(argv=None) -> None:
         prefix_flag = "enable_prefix_caching"
     else:
         # prompts first: the tokenizer is trained on them (its merges fit the schema text)
-        sys.path.insert(0, str(REPO / "tests"))
         texts = [m["content"] for cell in vllm_bench.cells_messages(str(work), overrides=SWEEP_OVERRIDES)
                  for msgs in cell for m in msgs]
         model = build_model(work, args.arch, args.weights, texts)

@@ -43,6 +43,9 @@ def vllm_python() -> str:
     """The Python that imports vLLM: ``$POLYSQL_VLLM_VENV/bin/python``, else this one when it
     imports vllm; skips (fails under ``POLYSQL_REQUIRE_VLLM=1``) when there is none."""
     venv = os.environ.get("POLYSQL_VLLM_VENV")
+    if not venv:  # the cache folder .ci/vllm-env builds, when it is built
+        p = subprocess.run([str(REPO / ".ci" / "vllm-env"), "--path"], capture_output=True, text=True)
+        venv = p.stdout.strip() if p.returncode == 0 else None
     candidates = [Path(venv) / "bin" / "python"] if venv else []
     candidates.append(Path(sys.executable))
     for py in candidates:
@@ -51,7 +54,7 @@ def vllm_python() -> str:
                 capture_output=True).returncode == 0:
             return str(py)
     msg = (f"no Python with vLLM (POLYSQL_VLLM_VENV={venv!r}, {sys.executable}); build vLLM's CPU venv "
-           "with .ci/vllm-env and export POLYSQL_VLLM_VENV=$(.ci/vllm-env)")
+           "once with .ci/vllm-env (~13-30 min, 3.4 GB; README \"vLLM on GPU nodes and on CPU\")")
     if os.environ.get("POLYSQL_REQUIRE_VLLM") == "1":
         pytest.fail(msg + " (POLYSQL_REQUIRE_VLLM=1)", pytrace=False)
     pytest.skip(msg)
@@ -158,8 +161,8 @@ def runs(vpy, tiny, max_model_len, tmp_path_factory) -> dict:
     res["B_generations_before_rerun"] = _generations(b)
     res["B2"] = _run(vpy, tiny, *common, f"results_dir={b}")
     res["B2_summary"] = _summary(b)
-    res["C"] = _run(vpy, tiny, *common[:-2], "model.max_model_len=100000", f"results_dir={c}",
-                    f"replication.dir={base / 'replicas'}")
+    res["C"] = _run(vpy, tiny, *[x for x in common if not x.startswith("model.max_model_len")],
+                    "model.max_model_len=100000", "model.num_actors=1", f"results_dir={c}")
     return res
 
 
@@ -219,7 +222,8 @@ def test_token_counts_finish_reasons_and_the_refused_prompt(runs, prompt_tokens,
         assert g["prompt_tokens"] == n  # exact: vLLM saw exactly the prompt rendered and counted here
         assert g["finish_reason"] in ("stop", "length")
         assert 1 <= g["completion_tokens"] <= MAX_TOKENS
-        assert (g["finish_reason"] == "length") == (g["completion_tokens"] == MAX_TOKENS)
+        if g["finish_reason"] == "length":
+            assert g["completion_tokens"] == MAX_TOKENS
         assert g["status"] in ("ok", "no_sql", "truncated")
         if g["finish_reason"] == "length":
             assert g["status"] in ("truncated", "no_sql")

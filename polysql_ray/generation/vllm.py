@@ -187,8 +187,10 @@ class VLLMGenerator:
         num_actors: data-parallel replicas (Ray actors).
         gpus_per_actor: Ray ``num_gpus`` per actor (default ``tensor_parallel_size``; 0 for
             vLLM's CPU backend: no GPU is requested).
-        cpus_per_actor: Ray ``num_cpus`` per actor (None: Ray's actor default, which needs a
-            CPU to place the actor but holds none while it runs).
+        cpus_per_actor: Ray ``num_cpus`` held by each actor for its lifetime (None: Ray's rule
+            for an actor that names a resource, 1 CPU). On a small CPU-only cluster keep the
+            pool's share low enough to leave the execution actors and scoring tasks room: the
+            driver's fit check (``engines.*.num_cpus`` + a scoring task) does not count it.
         use_ray: False runs one engine in this process (tests, the benchmark baseline).
         gpu_memory_utilization / engine_args / env: passed to :class:`VLLMEngine`.
         sample_rows: sample rows per table in prompts.
