@@ -67,6 +67,12 @@ def test_cpu_pool_asks_ray_for_no_gpu_and_failures_are_one_line():
               "    raise ValueError(msg)\nValueError: User-specified max_model_len (100000) is greater than "
               "the derived max_model_len (8192)\n")
     assert _cause_line(RuntimeError(remote)).startswith("ValueError: User-specified max_model_len (100000)")
+    died = ("The actor died unexpectedly before finishing this task.\n\tclass_name: VLLMEngine\n\tpid: 9837\n"
+            "\tip: 192.0.2.2\nThe actor is dead because its worker process has died. Worker exit type: "
+            "SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of "
+            "file. There are some potential root causes. (1) The process is killed by SIGKILL by OOM killer")
+    assert _cause_line(RuntimeError(died)) == ("its process (pid 9837) exited: Worker unexpectedly exits with a "
+                                               "connection error code 2.")
     err = g._unavailable("engine failed to start", RuntimeError(remote))
     assert isinstance(err, GeneratorUnavailable) and "\n" not in str(err)
     assert user_error_message(err) == str(err) and "rerun" in str(err)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from typing import Mapping, Sequence
 
@@ -168,9 +169,15 @@ class VLLMEngine:
 def _cause_line(exc: BaseException) -> str:
     """The root cause of a Ray/vLLM failure as one short line: the last ``Name: message`` line
     of its traceback text (Ray embeds the remote traceback in the message)."""
+    text = " ".join(str(exc).split())
+    died = re.search(r"Worker exit detail: (.+?\.)(?: |$)", text)
+    if died:  # the actor's process is gone (killed, crashed): Ray says how it exited
+        pid = re.search(r"\bpid: (\d+)", text)
+        return f"its process{f' (pid {pid.group(1)})' if pid else ''} exited: {died.group(1)}"
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    meta = ("class_name", "actor_id", "pid", "name", "namespace", "ip", "node_id")  # Ray's actor labels
     named = [ln for ln in lines if ":" in ln and ln.split(":", 1)[0].replace(".", "").isidentifier()
-             and not ln.startswith(("File ", "ray::"))]
+             and not ln.startswith(("File ", "ray::")) and ln.split(":", 1)[0] not in meta]
     line = (named or lines or [type(exc).__name__])[-1]
     return line if len(line) <= 300 else line[:297] + "..."
 
