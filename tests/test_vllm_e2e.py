@@ -240,8 +240,6 @@ def test_two_fresh_runs_give_the_same_sql(runs):
     cols = ("raw_output", "pred_sql", "status", "prompt_tokens", "completion_tokens", "finish_reason")
     differ = [k for k in a if tuple(a[k][c] for c in cols) != tuple(b[k][c] for c in cols)]
     assert differ == [], [(a[k]["raw_output"], b[k]["raw_output"]) for k in differ[:3]]
-    # sampling is seeded, not greedy: the outputs are not all the same text
-    assert len({r["raw_output"] for r in b.values()}) > 1
 
 
 def test_rerun_generates_nothing_and_starts_no_engine(runs):
