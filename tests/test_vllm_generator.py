@@ -73,6 +73,14 @@ def test_cpu_pool_asks_ray_for_no_gpu_and_failures_are_one_line():
             "file. There are some potential root causes. (1) The process is killed by SIGKILL by OOM killer")
     assert _cause_line(RuntimeError(died)) == ("its process (pid 9837) exited: Worker unexpectedly exits with a "
                                                "connection error code 2.")
+    pyd = ("ray::VLLMEngine.__init__() (pid=1)\n  File \"/x/vllm/engine/arg_utils.py\", line 9, in f\n"
+           "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+           "  Value error, User-specified max_model_len (100000) is greater than the derived max_model_len "
+           "(8192). [type=value_error, input_value=ArgsKwargs(()), input_type=ArgsKwargs]\n"
+           "    For further information visit https://errors.pydantic.dev/2.12/v/value_error\n")
+    assert _cause_line(RuntimeError(pyd)) == (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig Value error, "
+        "User-specified max_model_len (100000) is greater than the derived max_model_len (8192).")
     err = g._unavailable("engine failed to start", RuntimeError(remote))
     assert isinstance(err, GeneratorUnavailable) and "\n" not in str(err)
     assert user_error_message(err) == str(err) and "rerun" in str(err)

@@ -179,6 +179,10 @@ def _cause_line(exc: BaseException) -> str:
     named = [ln for ln in lines if ":" in ln and ln.split(":", 1)[0].replace(".", "").isidentifier()
              and not ln.startswith(("File ", "ray::")) and ln.split(":", 1)[0] not in meta]
     line = (named or lines or [type(exc).__name__])[-1]
+    at = lines.index(line) if line in lines else -1
+    nxt = lines[at + 1] if 0 <= at < len(lines) - 1 else ""
+    if nxt and not nxt.startswith(("File ", "For further information", "ray::")):
+        line += " " + nxt.split(" [type=")[0]  # e.g. pydantic's "1 validation error for X" + the error
     return line if len(line) <= 300 else line[:297] + "..."
 
 
