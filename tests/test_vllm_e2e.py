@@ -85,7 +85,7 @@ def _generations(out: Path) -> list[dict]:
     if not files:
         return []
     return duckdb.connect().sql(
-        f"SELECT * FROM read_parquet({[str(f) for f in files]}, union_by_name=true) ORDER BY created_at"
+        f"SELECT * FROM read_parquet({[str(f) for f in files]}, union_by_name=true) ORDER BY created_at, key"
     ).to_arrow_table().to_pylist()
 
 
