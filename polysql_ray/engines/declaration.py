@@ -44,9 +44,12 @@ Facts (:data:`REQUIRED_FACTS`; ``None`` is a declared "not applicable"):
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import threading
 from collections.abc import MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator
 
 
@@ -209,6 +212,15 @@ class EngineDeclaration:
                 cls.dialect = cls.name
             register(cls)
 
+    def identity(self) -> dict:
+        """What this engine instance runs on, read from the engine at run start: ``product``
+        (``MariaDB``, ``PostgreSQL``, ``DuckDB`` ...), ``version``, ``standin`` (the stand-in's
+        name, ``""`` for the real engine), ``settings`` (result-changing server settings, name
+        -> text) and ``endpoint`` (``host:port``, recorded but not part of a score key). Server
+        engines connect (errors propagate: ``registry.engine_identity`` records them); this
+        default names the engine only."""
+        return {"product": self.name, "version": "", "standin": "", "settings": {}}
+
     @classmethod
     def missing_facts(cls) -> list[str]:
         """Facts of :data:`REQUIRED_FACTS` this class leaves undeclared (or None where a value
@@ -243,8 +255,26 @@ def unregister(name: str) -> None:
 
 def registered() -> dict[str, type]:
     """Engine name -> class of every engine declared so far (no discovery; see
-    ``registry.declared_engines``)."""
+    :func:`declared_engines`)."""
     return dict(_REGISTRY)
+
+
+_DISCOVERED = [False]
+#: The package whose modules declare the engines (this module's own package).
+_PACKAGE = __name__.rpartition(".")[0]
+
+
+def declared_engines() -> dict[str, type]:
+    """Engine name -> declared class, after importing every module of ``polysql_ray.engines``
+    once (modules that declare no engine are harmless). Raises what an engine module raises
+    on import."""
+    if not _DISCOVERED[0]:
+        with _LOCK:
+            if not _DISCOVERED[0]:
+                for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
+                    importlib.import_module(f"{_PACKAGE}.{info.name}")
+                _DISCOVERED[0] = True
+    return registered()
 
 
 class DeclaredTable(MutableMapping):
@@ -263,8 +293,6 @@ class DeclaredTable(MutableMapping):
 
     def _data(self) -> dict[str, Any]:
         if self._cache is None or self._cache[0] != _GENERATION[0]:
-            from polysql_ray.engines.registry import declared_engines
-
             engines = declared_engines()  # imports the engine modules on first use
             base = {}
             for name, cls in engines.items():

@@ -173,6 +173,10 @@ class SqliteEngine(EmbeddedEngine):
     open_errors = (sqlite3.Error,)
     driver_errors = (sqlite3.Error, sqlite3.Warning)
 
+    def identity(self) -> dict:
+        """SQLite library version (``sqlite3.sqlite_version``: the C library, not the module)."""
+        return {"product": "SQLite", "version": sqlite3.sqlite_version, "standin": "", "settings": {}}
+
     def __init__(self, progress_steps: int = 1000):
         super().__init__()
         self.progress_steps = progress_steps
