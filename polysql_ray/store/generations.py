@@ -55,6 +55,7 @@ GENERATION_SCHEMA = pa.schema([
     pa.field("completion_tokens", pa.int64()),
     pa.field("latency_s", pa.float64()),                     # wall seconds (amortised per batch for hf/vllm)
     pa.field("created_at", pa.timestamp("us", tz="UTC")),
+    pa.field("finish_reason", pa.string()),                  # stop | length (engine's word); null in older parts
 ])
 
 #: Statuses a lookup treats as "not generated yet": a rerun retries them (a dead server,
@@ -149,7 +150,8 @@ class GenerationsStore:
                 status=GenStatus(row["status"]), raw_output=row["raw_output"] or "",
                 error=row["error"], prompt_tokens=int(row["prompt_tokens"] or 0),
                 completion_tokens=int(row["completion_tokens"] or 0),
-                latency_s=float(row["latency_s"] or 0.0), prompt_sha256=row["prompt_sha256"] or "")
+                latency_s=float(row["latency_s"] or 0.0), prompt_sha256=row["prompt_sha256"] or "",
+                finish_reason=row["finish_reason"] or "")
         return found
 
     def append(self, model: str, generator_fingerprint: str, dataset: str, dialect: str,
@@ -174,7 +176,7 @@ class GenerationsStore:
             "prompt_sha256": p.prompt_sha256, "raw_output": p.raw_output, "pred_sql": p.pred_sql,
             "status": GenStatus(p.status).value, "error": redact_text(p.error), "prompt_tokens": int(p.prompt_tokens),
             "completion_tokens": int(p.completion_tokens), "latency_s": float(p.latency_s),
-            "created_at": now,
+            "created_at": now, "finish_reason": p.finish_reason or None,
         } for p in predictions]
         stamp = now.strftime("%Y%m%dT%H%M%S%f")
         digest = stable_hash("gen-part-v1", stamp, sorted(r["key"] for r in rows), n=16)
