@@ -175,7 +175,9 @@ def read_sqlite_schema(path: str) -> dict[str, dict[str, str]] | None:
 
 
 def _rows(table: pa.Table) -> list[tuple]:
-    cols = [c.to_pylist() for c in table.columns]
+    from polysql_ray.comparison.normalize import python_values
+
+    cols = [python_values(c) for c in table.columns]
     return list(zip(*cols)) if cols else []
 
 

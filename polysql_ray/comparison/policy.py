@@ -6,7 +6,7 @@ line) changes the fingerprint and therefore the cell key, so results under diffe
 never mix. The policy is built **once per run** (``ComparisonPolicy.from_config``) and passed
 as this object to every scoring task and to :func:`polysql_ray.comparison.verdict.decide`.
 
-Rules of the default policy (``cmp-2``):
+Rules of the default policy (``cmp-3``):
 
 * **Rows**: multiset (bag) comparison unless the gold has a top-level ORDER BY; then rows
   compare in order and rows tied on the ORDER BY keys compare as a multiset. Duplicates count
@@ -19,8 +19,10 @@ Rules of the default policy (``cmp-2``):
 * **Numbers** (the one place where "equal" is not identity; implemented once, in
   :func:`polysql_ray.comparison.normalize.close`): two values that are *integers by type*
   (int, bool when ``bool_as_int``, Decimal with scale 0) compare **exactly**; otherwise the
-  values are equal iff ``|a - b| <= abs_tol + rel_tol * max(|a|, |b|)`` (NULL only equals
-  NULL; NaN equals NaN). Defaults ``abs_tol = 1e-5`` (the PolySQL paper's tolerance) and
+  values are equal iff ``|a - b| <= abs_tol + rel_tol * max(|a|, |b|)`` with both finite
+  (NULL only equals NULL; ``inf`` equals only the same-sign ``inf``, so ``SELECT 1e999`` never
+  passes a numeric gold; NaN equals NaN only under ``nan_equal``, default true: SQL engines
+  that have NaN sort and group all NaNs as one value). Defaults ``abs_tol = 1e-5`` (the PolySQL paper's tolerance) and
   ``rel_tol = 1e-9`` (absorbs float accumulation noise on large magnitudes only: a double sum
   near 1e12 has an ulp of 1.2e-4). A purely relative 1e-5 would accept 123457.0 for 123456.0;
   rounding to fixed digits rejects values straddling a rounding boundary.
@@ -77,7 +79,7 @@ class ComparisonPolicy:
     """How a gold result set and a predicted result set are judged equal (EX).
 
     Attributes:
-        version: policy version tag stored with every score (``cmp-2``); bumped whenever the
+        version: policy version tag stored with every score (``cmp-3``); bumped whenever the
             comparison *code* changes meaning, so old scores are recognisably different.
         abs_tol: absolute tolerance for non-integer numbers (paper: 1e-5).
         rel_tol: relative tolerance for non-integer numbers; see the module docstring.
@@ -98,6 +100,9 @@ class ComparisonPolicy:
             (SQLite stores dates as TEXT). Timestamps are compared as UTC wall-clock; naive
             timestamps are taken as UTC.
         trim_trailing_spaces: ignore trailing spaces in strings (MySQL PAD SPACE collations).
+        nan_equal: a float NaN equals a NaN (default True: PostgreSQL, DuckDB and ClickHouse
+            treat all NaNs as one value in GROUP BY, DISTINCT and ORDER BY; PostgreSQL docs 8.1.3
+            "Floating-Point Types"). NaN never equals a number or NULL; False: NaN equals nothing.
         duplicates: ``bag`` (default): duplicate rows count; ``set``: duplicate rows are
             dropped from both result sets before comparing (BIRD's ``set(pred) == set(gold)``).
         distinct: ``keep``: run both queries as written; ``strip``: delete the SELECT DISTINCT
@@ -115,7 +120,7 @@ class ComparisonPolicy:
             verdict.
     """
 
-    version: str = "cmp-2"
+    version: str = "cmp-3"
     abs_tol: float = 1e-5
     rel_tol: float = 1e-9
     order: str = "auto"
@@ -126,6 +131,7 @@ class ComparisonPolicy:
     bool_as_int: bool = True
     date_string_equal: bool = True
     trim_trailing_spaces: bool = False
+    nan_equal: bool = True
     ties_at_limit: str = "lenient"
     duplicates: str = "bag"
     distinct: str = "keep"

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .normalize import NULL_CODE, PairCodes, canonical_column, close, pair_codes
+from .normalize import NULL_CODE, PairCodes, canonical_column, close, pair_codes, python_values
 from .policy import ComparisonPolicy
 from .shape import TIE_WINDOW, GoldShape
 
@@ -239,7 +239,7 @@ def _rows(table: pa.Table, idx: np.ndarray, cols: tuple[int, ...]) -> tuple[tupl
     if len(idx) == 0 or not cols:
         return ()
     sub = table.select(list(cols)).take(pa.array(idx[:SAMPLE_ROWS]))
-    return tuple(zip(*(c.to_pylist() for c in sub.columns)))
+    return tuple(zip(*(python_values(c) for c in sub.columns)))
 
 
 def _key_matrix(table: pa.Table, keys: tuple[int, ...], policy: ComparisonPolicy) -> np.ndarray:
@@ -473,7 +473,7 @@ def distinct_rows(table: pa.Table) -> pa.Table:
         return table
     seen: set = set()
     keep = []
-    cols = [c.to_pylist() for c in table.columns]
+    cols = [python_values(c) for c in table.columns]
     for i, row in enumerate(zip(*cols)):
         key = tuple((type(v).__name__, v) if not isinstance(v, (dict, list)) else repr(v) for v in row)
         if key not in seen:

@@ -123,9 +123,12 @@ def analyze_gold(gold_sql: str, dialect: str, tie_window: int = TIE_WINDOW) -> G
         tree = sqlglot.parse_one(gold_sql, read=dialect)
     except Exception:  # sqlglot raises ParseError/TokenError and occasionally others
         return GoldShape(flags=("unparsed_gold",), order_by_anywhere=anywhere)
-    det = determinism_flags(tree)
-    ties_probe = nested_ties_probe(tree, dialect)
-    shape = _analyze_tree(tree, dialect, tie_window)
+    try:
+        det = determinism_flags(tree)
+        ties_probe = nested_ties_probe(tree, dialect)
+        shape = _analyze_tree(tree, dialect, tie_window)
+    except RecursionError:  # a tree deeper than Python's stack: bag semantics, flagged
+        return GoldShape(flags=("unparsed_gold",), order_by_anywhere=anywhere)
     return GoldShape(shape.ordered, shape.order_keys, shape.keys_complete, shape.limit, shape.probe_sql,
                      shape.probe_keys, tuple(dict.fromkeys(shape.flags + det)), anywhere, ties_probe,
                      len(_nested_cuts(tree)))

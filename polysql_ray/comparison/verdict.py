@@ -21,7 +21,8 @@ user's test gets the verdict the sweep records. Vocabulary (:mod:`polysql_ray.st
    with basis ``proven``;
 5. both executed -> :func:`polysql_ray.comparison.result_set.compare` decides ``pass`` /
    ``fail`` with its reason and flags, or ``inconclusive`` for the reasons in
-   :data:`INCONCLUSIVE_REASONS`; engine-semantics flags (:func:`semantic_flags`) are added;
+   :data:`INCONCLUSIVE_REASONS` (``compare_error`` when the comparison raised on this item:
+   :func:`scoring_error`); engine-semantics flags (:func:`semantic_flags`) are added;
    a flag listed in ``policy.inconclusive_flags`` turns ``pass``/``fail`` into
    ``inconclusive`` (reason kept, flag recorded).
 """
@@ -43,8 +44,10 @@ from polysql_ray.generation.base import GenStatus
 
 #: Comparison reasons that leave the verdict undecidable from the data the evaluator has:
 #: ``ties_truncated`` (the gold's LIMIT cut falls in a tie group larger than the probe
-#: window, result_set.py) -> verdict ``inconclusive``, never ``fail``.
-INCONCLUSIVE_REASONS: frozenset[str] = frozenset({"ties_truncated"})
+#: window, result_set.py) and ``compare_error`` (the comparison raised on this item's values:
+#: the evaluator's limit, not evidence about the prediction) -> verdict ``inconclusive``,
+#: never ``fail``.
+INCONCLUSIVE_REASONS: frozenset[str] = frozenset({"ties_truncated", "compare_error"})
 
 _GEN_REASON = {
     GenStatus.NO_SQL: "no_sql",
@@ -64,6 +67,8 @@ class Verdict:
         basis: ``observed`` (dual execution), ``proven`` (structure) or ``judged``.
         flags: caveats and ambiguity flags (``ties_at_limit``, ``columns_reordered`` ...).
         diff: what differs (:class:`polysql_ray.comparison.result_set.Diff`), when compared.
+        detail: the exception behind reason ``compare_error`` (type and message, at most
+            2,000 characters), else empty.
     """
 
     verdict: str
@@ -71,6 +76,7 @@ class Verdict:
     basis: str = "observed"
     flags: tuple[str, ...] = ()
     diff: Diff | None = None
+    detail: str = ""
 
     @property
     def correct(self) -> bool:
@@ -196,7 +202,10 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
     if pred.status is not ExecStatus.OK:
         return Verdict("fail", f"pred_{pred.status.value}")
     probe_table = probe.table if (probe is not None and probe.ok) else None
-    cmp: Comparison = compare(gold.table, pred.table, shape, policy, probe_table)
+    try:
+        cmp: Comparison = compare(gold.table, pred.table, shape, policy, probe_table)
+    except Exception as exc:  # noqa: BLE001 - one item's values never abort a sweep
+        return scoring_error(exc, shape.flags)
     flags = list(cmp.flags)
     if "null_order" in flags and _same_null_order(pair):
         flags.remove("null_order")  # both engines place NULLs alike: not a dialect ambiguity
@@ -207,6 +216,16 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
         return Verdict("inconclusive", cmp.reason, "observed", flags, cmp.diff)
     return _apply_policy(Verdict("pass" if cmp.match else "fail", cmp.reason, "observed", flags, cmp.diff),
                          policy)
+
+
+def scoring_error(exc: BaseException, flags: tuple[str, ...] = ()) -> Verdict:
+    """The verdict of an item whose scoring raised ``exc`` (a value or shape the comparison
+    cannot handle): ``inconclusive`` with reason ``compare_error`` and the exception as
+    ``detail``. Used by :func:`decide` and by the scoring task for any other per-item failure,
+    so one item never aborts its batch (as execution isolates a statement that kills its
+    engine)."""
+    return Verdict("inconclusive", "compare_error", "observed", tuple(flags),
+                   detail=f"{type(exc).__name__}: {exc}"[:2000])
 
 
 def _apply_policy(v: Verdict, policy: ComparisonPolicy) -> Verdict:
