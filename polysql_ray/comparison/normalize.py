@@ -175,6 +175,31 @@ def _epoch_text(value: int, per_day: int, per_s: int, date_only: bool) -> str:
     return _iso_text(text)
 
 
+def _special_mask(arr: pa.Array):
+    """``(odd, ints, text_of)`` of a date/timestamp column: ``odd`` (boolean array) marks the
+    engines' infinity sentinels and values outside Python's years 1..9999, found on the integer
+    epoch values ``ints``; ``text_of(v)`` is the canonical text of one such integer."""
+    t = arr.type
+    if pa.types.is_date32(t):
+        ints, per_day, per_s, date_only, sentinel = arr.view(pa.int32()), 1, 1, True, _INT32_MAX
+    elif pa.types.is_date64(t):
+        ints, per_day, per_s, date_only, sentinel = arr.view(pa.int64()), 86_400_000, 1, True, _INT64_MAX
+    else:
+        ints, per_day, per_s = arr.view(pa.int64()), _PER_DAY[t.unit], _PER_S[t.unit]
+        date_only, sentinel = False, _INT64_MAX
+    bits = ints.type.bit_width - 1  # Python's range in this unit, clipped to the integer type
+    lo = max(_PY_DAYS[0] * per_day, -(2**bits))
+    hi = min((_PY_DAYS[1] + 1) * per_day - 1, 2**bits - 1)
+    odd = pc.fill_null(pc.or_(pc.or_(pc.less(ints, pa.scalar(lo, ints.type)),
+                                     pc.greater(ints, pa.scalar(hi, ints.type))),
+                              pc.equal(pc.abs(ints), pa.scalar(sentinel, ints.type))), False)
+
+    def text_of(v: int) -> str:
+        return "infinity" if v == sentinel else "-infinity" if v == -sentinel \
+            else _epoch_text(v, per_day, per_s, date_only)
+    return odd, ints, text_of
+
+
 def temporal_text(arr: pa.Array) -> pa.Array:
     """Canonical ISO text (large_string) of a date/timestamp/time column (module docstring).
 
@@ -186,29 +211,14 @@ def temporal_text(arr: pa.Array) -> pa.Array:
     t = arr.type
     if pa.types.is_time(t):
         return _iso(pc.cast(arr, pa.large_string()))
-    if pa.types.is_date32(t):
-        ints, per_day, per_s, date_only, sentinel = arr.view(pa.int32()), 1, 1, True, _INT32_MAX
-    elif pa.types.is_date64(t):
-        ints, per_day, per_s, date_only, sentinel = arr.view(pa.int64()), 86_400_000, 1, True, _INT64_MAX
-    else:
-        ints, per_day, per_s = arr.view(pa.int64()), _PER_DAY[t.unit], _PER_S[t.unit]
-        date_only, sentinel = False, _INT64_MAX
-        if t.tz is not None:  # aware -> UTC wall clock (the stored values are UTC)
-            arr = arr.view(pa.timestamp(t.unit))
-    bits = ints.type.bit_width - 1  # Python's range in this unit, clipped to the integer type
-    lo = max(_PY_DAYS[0] * per_day, -(2**bits))
-    hi = min((_PY_DAYS[1] + 1) * per_day - 1, 2**bits - 1)
-    odd = pc.fill_null(pc.or_(pc.or_(pc.less(ints, pa.scalar(lo, ints.type)),
-                                     pc.greater(ints, pa.scalar(hi, ints.type))),
-                              pc.equal(pc.abs(ints), pa.scalar(sentinel, ints.type))), False)
+    if pa.types.is_timestamp(t) and t.tz is not None:  # aware -> UTC wall clock (values are UTC)
+        arr = arr.view(pa.timestamp(t.unit))
+    odd, ints, text_of = _special_mask(arr)
     if not pc.any(odd).as_py():
         return _iso(pc.cast(arr, pa.large_string()))
     text = pc.cast(pc.if_else(odd, pa.scalar(None, arr.type), arr), pa.large_string())
-    special = []
-    for v in pc.filter(ints, odd).to_pylist():  # ints only: Python holds every one of them
-        special.append("infinity" if v == sentinel else "-infinity" if v == -sentinel
-                       else _epoch_text(v, per_day, per_s, date_only))
-    fill = pa.array(special, pa.large_string())
+    # ints only: Python holds every one of them
+    fill = pa.array([text_of(v) for v in pc.filter(ints, odd).to_pylist()], pa.large_string())
     idx = pc.subtract(pc.cumulative_sum(pc.cast(odd, pa.int64())), 1)
     spread = pc.take(fill, pc.if_else(odd, idx, pa.scalar(None, pa.int64())))
     return _iso(pc.coalesce(spread, text))
@@ -219,18 +229,23 @@ _PY_ERRORS = (OverflowError, ValueError, pa.ArrowException)
 
 
 def python_values(col: pa.Array | pa.ChunkedArray) -> list:
-    """``col.to_pylist()``, except that a value Python's types cannot hold (an infinity or
-    year-10000 date, a timestamp past 2262 in nanoseconds without pandas ...) becomes its
-    canonical text (:func:`temporal_text`; other types: Arrow's own text) instead of raising.
-    The one conversion to Python values of result sets (diff samples, per-value fallbacks)."""
-    try:
-        return col.to_pylist()
-    except _PY_ERRORS:
-        pass
+    """``col.to_pylist()``, except that a value Python's types cannot hold or that is an
+    engine's special value (an infinity or year-10000 date, DuckDB's infinity timestamp in
+    nanoseconds) becomes its canonical text (:func:`temporal_text`) instead of raising or of a
+    wrong date; a value of another type Python cannot hold becomes Arrow's text of it. The one
+    conversion to Python values of result sets (diff samples, distinct rows, per-value
+    fallbacks)."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     t = arr.type
-    if pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t):
-        return temporal_text(arr).to_pylist()
+    if pa.types.is_date(t) or pa.types.is_timestamp(t):
+        odd = _special_mask(arr)[0]
+        if pc.any(odd).as_py():
+            text = temporal_text(arr).to_pylist()
+            return [text[i] if bad else arr[i].as_py() for i, bad in enumerate(odd.to_pylist())]
+    try:
+        return arr.to_pylist()
+    except _PY_ERRORS:
+        pass
     out = []
     for i in range(len(arr)):
         try:
