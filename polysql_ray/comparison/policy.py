@@ -37,7 +37,12 @@ Rules of the default policy (``cmp-3``):
   data by a probe query) is flagged ``nondeterministic_gold`` and, by default, scored
   ``inconclusive``: its observed pass/fail depends on which tied row an engine happened to pick
   (Spider q954/q955 flip between MariaDB runs). A tie at the *top-level* cut is decided by the
-  lenient rule above instead (any tied choice passes).
+  lenient rule above instead (any tied choice passes). The prediction is checked the same way
+  on the target engine (flag ``nondeterministic_pred``, by default ``inconclusive``): random
+  functions, a nested cut in a tie, an ungrouped column holding several values on MariaDB
+  (Spider q573/q574), or a tie at its own top-level LIMIT cut where another choice of the tied
+  rows would get another verdict (Spider q562); a tie every choice of which is judged alike is
+  decided as observed.
 
 ``policy=testsuite`` (``conf/policy/testsuite.yaml``) emulates the exec rules of the Spider
 test-suite evaluator (Zhong et al., EMNLP 2020, github.com/taoyds/test-suite-sql-eval): the
@@ -65,7 +70,8 @@ DISTINCT_MODES = ("keep", "strip")
 
 #: Flags saying the verdict may hinge on an ambiguity (README, "Ambiguity flags"): EX is also
 #: reported over the items carrying none of them.
-AMBIGUITY_FLAGS = ("ties_at_limit", "ties_truncated", "nondeterministic_gold", "time_dependent_gold",
+AMBIGUITY_FLAGS = ("ties_at_limit", "ties_truncated", "nondeterministic_gold", "nondeterministic_pred",
+                   "time_dependent_gold",
                    "null_order", "integer_division", "bool_as_int", "decimal_scale", "collation",
                    "duplicates", "ungrouped_column", "tie_probe_unavailable", "order_keys_unknown",
                    "unparsed_gold")
@@ -114,10 +120,11 @@ class ComparisonPolicy:
             ``strict``: the predicted rows at the cut must equal the gold's choice. Both flag
             ``ties_at_limit``.
         inconclusive_flags: flags (:data:`POLICY_FLAGS`) that turn a decided
-            ``pass``/``fail`` into ``inconclusive``. Default: only ``nondeterministic_gold`` (a
+            ``pass``/``fail`` into ``inconclusive``. Default: ``nondeterministic_gold`` (a
             gold whose result is not a function of the data has no single right answer, and its
-            observed verdict could change from run to run); every other flag keeps the strict
-            verdict.
+            observed verdict could change from run to run) and ``nondeterministic_pred`` (a
+            prediction whose verdict could change from run to run on the same data:
+            ``verdict.pred_nondeterministic``); every other flag keeps the strict verdict.
     """
 
     version: str = "cmp-3"
@@ -136,7 +143,7 @@ class ComparisonPolicy:
     duplicates: str = "bag"
     distinct: str = "keep"
     empty_equal: bool = False
-    inconclusive_flags: tuple[str, ...] = ("nondeterministic_gold",)
+    inconclusive_flags: tuple[str, ...] = ("nondeterministic_gold", "nondeterministic_pred")
 
     def __post_init__(self) -> None:
         for name, modes in (("order", ORDER_MODES), ("duplicates", DUPLICATE_MODES),

@@ -37,8 +37,8 @@ import sqlglot
 from sqlglot import exp
 
 from polysql_ray.comparison.policy import ComparisonPolicy
-from polysql_ray.comparison.result_set import Comparison, Diff, compare
-from polysql_ray.comparison.shape import GoldShape, nested_ties
+from polysql_ray.comparison.result_set import Comparison, Diff, compare, cut_choices
+from polysql_ray.comparison.shape import GoldShape, PredShape, nested_ties
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 from polysql_ray.generation.base import GenStatus
 
@@ -158,7 +158,9 @@ def _enforce(res: ExecutionResult | None, limits: Limits | None) -> ExecutionRes
 def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: ExecutionResult | None,
            pred: ExecutionResult | None, shape: GoldShape | None, policy: ComparisonPolicy,
            limits: Limits | None = None, *, gold_error: str | None = None, proven: bool = False,
-           pair: Pair | None = None, ties_probe: ExecutionResult | None = None) -> Verdict:
+           pair: Pair | None = None, ties_probe: ExecutionResult | None = None,
+           pred_shape: PredShape | None = None, pred_probe: ExecutionResult | None = None,
+           pred_ties_probe: ExecutionResult | None = None) -> Verdict:
     """Decide the verdict of one prediction (module docstring).
 
     Args:
@@ -176,8 +178,15 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
         ties_probe: execution of ``shape.ties_probe_sql`` on the gold engine; a tie at a nested
             ORDER BY ... LIMIT cut, or a probe that did not run, flags ``nondeterministic_gold``;
             an ungrouped output column with several values in a group flags ``ungrouped_column``.
+        pred_shape, pred_probe, pred_ties_probe: the prediction's determinism facts
+            (:func:`polysql_ray.comparison.shape.analyze_prediction`) and its two probes on the
+            target engine; a prediction whose verdict could differ in another run on the same
+            data flags ``nondeterministic_pred`` (:func:`pred_nondeterministic`). An
+            ``unavailable`` prediction probe makes the item ``unavailable`` (rescored).
     """
-    for side, res in (("gold", gold), ("probe", probe), ("probe", ties_probe), ("pred", pred)):
+    pred_probes = (("pred", pred_probe), ("pred", pred_ties_probe)) \
+        if (pred is not None and pred.status is ExecStatus.OK) else ()  # used only then
+    for side, res in (("gold", gold), ("probe", probe), ("probe", ties_probe), ("pred", pred), *pred_probes):
         if res is not None and res.status is ExecStatus.UNAVAILABLE:
             # infrastructure (server down, replica missing), never the model's failure:
             # stored apart and rescored by the next run
@@ -211,11 +220,60 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
         flags.remove("null_order")  # both engines place NULLs alike: not a dialect ambiguity
     if pair is not None:
         flags += semantic_flags(pair)
+    try:
+        if pred_nondeterministic(cmp, gold.table, pred.table, shape, policy, probe_table, pred_shape,
+                                 pred_probe, pred_ties_probe, pair):
+            flags.append("nondeterministic_pred")
+    except Exception as exc:  # noqa: BLE001 - one item's values never abort a sweep
+        return scoring_error(exc, tuple(flags))
     flags = tuple(dict.fromkeys(flags))
     if cmp.reason in INCONCLUSIVE_REASONS:
         return Verdict("inconclusive", cmp.reason, "observed", flags, cmp.diff)
     return _apply_policy(Verdict("pass" if cmp.match else "fail", cmp.reason, "observed", flags, cmp.diff),
                          policy)
+
+
+def pred_nondeterministic(cmp: Comparison, gold: pa.Table, pred: pa.Table, shape: GoldShape,
+                          policy: ComparisonPolicy, probe: pa.Table | None, pred_shape: PredShape | None,
+                          pred_probe: ExecutionResult | None, pred_ties_probe: ExecutionResult | None,
+                          pair: Pair | None) -> bool:
+    """True when the prediction's verdict could differ in another run on the same data (flag
+    ``nondeterministic_pred``, ``inconclusive`` under the default policy), the prediction-side
+    counterpart of ``nondeterministic_gold``:
+
+    * its text is nondeterministic whatever the data (random/uuid, LIMIT without ORDER BY below
+      the top level: ``PredShape.static``);
+    * a nested ORDER BY ... LIMIT cut falls in a tie on the data, or cannot be probed; or an
+      ungrouped output column holds several values in a group on an engine that returns any
+      row's value (``Semantics.arbitrary_ungrouped``: MariaDB) - Spider q573/q574 predictions;
+    * its own top-level LIMIT cut falls in a tie and some other choice of the tied rows
+      (:func:`~polysql_ray.comparison.result_set.cut_choices`, from the cut probe) would be
+      judged otherwise than the observed result (``match`` differs), or the choices cannot all
+      be checked. A tie whose every choice gets the observed verdict (the same tied rows as the
+      gold's, every choice failing, rows alike) is decided as observed: the same every run.
+    """
+    from polysql_ray.engines.registry import SEMANTICS
+
+    if pred_shape is None:
+        return False
+    if pred_shape.static:
+        return True
+    if pred_shape.ties_probe_sql is not None:
+        found = nested_ties(pred_ties_probe.table if (pred_ties_probe is not None and pred_ties_probe.ok) else None,
+                            pred_shape.nested_cuts)
+        if "nondeterministic_gold" in found:
+            return True
+        sem = SEMANTICS.get(pair.pred_engine) if pair is not None else None
+        if "ungrouped_column" in found and sem is not None and sem.arbitrary_ungrouped:
+            return True
+    if pred_shape.cut_probe_sql is not None and pred_shape.limit is not None:
+        table = pred_probe.table if (pred_probe is not None and pred_probe.ok) else None
+        alts = cut_choices(pred, table, pred_shape.limit, pred_shape.cut_keys, policy)
+        if alts == "unknown":
+            return True
+        if alts:
+            return any(compare(gold, alt, shape, policy, probe).match != cmp.match for alt in alts)
+    return False
 
 
 def scoring_error(exc: BaseException, flags: tuple[str, ...] = ()) -> Verdict:

@@ -128,8 +128,9 @@ def score_batch(items: list[dict], result_refs: list, policy) -> pa.Table:
 
     Args:
         items: row metadata per prediction: every SCORE_SCHEMA field known before execution,
-            plus ``_gold``/``_probe``/``_ties_probe``/``_pred`` (indices into ``result_refs`` or None),
-            ``_shape`` (GoldShape of the gold SQL that ran), ``_gen_status``/``_gold_error``,
+            plus ``_gold``/``_probe``/``_ties_probe``/``_pred``/``_pred_probe``/``_pred_ties_probe``
+            (indices into ``result_refs`` or None), ``_shape`` (GoldShape of the gold SQL that
+            ran), ``_pred_shape`` (PredShape of the prediction), ``_gen_status``/``_gold_error``,
             ``_gold_dialect`` and ``_structural``.
         result_refs: ObjectRefs of ExecutionResults (nested, so fetched here, once each).
         policy: the run's :class:`ComparisonPolicy` object (built once by the driver).
@@ -163,6 +164,8 @@ def _score_row(it: dict, results: list, policy, now: dt.datetime, error: BaseExc
     probe = results[it["_probe"]] if it["_probe"] is not None else None
     pred = results[it["_pred"]] if it["_pred"] is not None else None
     ties = results[it["_ties_probe"]] if it.get("_ties_probe") is not None else None
+    pred_probe = results[it["_pred_probe"]] if it.get("_pred_probe") is not None else None
+    pred_ties = results[it["_pred_ties_probe"]] if it.get("_pred_ties_probe") is not None else None
     t0 = time.perf_counter()
     structural = it["_structural"]
     if error is None:
@@ -172,7 +175,8 @@ def _score_row(it: dict, results: list, policy, now: dt.datetime, error: BaseExc
                     executed_sql(it["pred_sql"] or "", pred_dialect, policy),
                     gold_dialect, pred_dialect, it["source_engine"], it["target_engine"])
         v = decide(it["_gen_status"], gold, probe, pred, it["_shape"], policy, None,  # limits: by the actor
-                   gold_error=it["_gold_error"], proven=structural == "equivalent", pair=pair, ties_probe=ties)
+                   gold_error=it["_gold_error"], proven=structural == "equivalent", pair=pair, ties_probe=ties,
+                   pred_shape=it.get("_pred_shape"), pred_probe=pred_probe, pred_ties_probe=pred_ties)
     else:
         v = scoring_error(error)
     score_s = time.perf_counter() - t0
