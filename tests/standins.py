@@ -1,108 +1,67 @@
-"""Stand-in servers for warehouse engines, each in its own virtual environment (not a conftest).
-
-fakesnow (Snowflake stand-in) pins an older sqlglot than this project, so it lives in its own
-venv, ``<repo>/.venv-fakesnow`` (``.ci/run`` creates it; ``POLYSQL_FAKESNOW_VENV`` overrides),
-and runs as a loopback HTTP server process started here. bqemulator (BigQuery stand-in) lives
-in ``<repo>/.venv-bqemulator`` (``POLYSQL_BQEMULATOR_VENV``); it insists on downloading DuckDB's
-spatial extension at start (no network here), so :data:`BQEMULATOR_LAUNCH` starts it with that
-step replaced by a no-op (GEOGRAPHY is then unavailable; no benchmark uses it). Without the venv the calling tests
-skip with the command that creates it, or fail when ``POLYSQL_REQUIRE_STANDINS=1`` (CI).
-moto (an S3-protocol server, stand-in for object storage under the results store) lives in
-``<repo>/.venv-moto`` (``POLYSQL_MOTO_VENV``) and runs as ``moto_server`` on loopback.
+"""Stand-in servers for the tests: the implementation is :mod:`jobs.standins` (shared with the
+user command ``python -m jobs.standins start|status|stop``); this module turns "cannot be built"
+into a skip with the command that builds it, or a failure under ``POLYSQL_REQUIRE_STANDINS=1``
+(CI), and "did not start" into a test failure.
 """
 from __future__ import annotations
 
 import contextlib
 import os
-import socket
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from jobs import standins as _impl
+from jobs.standins import (  # noqa: F401 - re-exported for the tests
+    BQEMULATOR_LAUNCH, CACHE, COMPLETE, STANDINS, build_command, free_port, standin_venv,
+)
+
 REPO = Path(__file__).resolve().parents[1]
-
-#: stand-in name -> (venv env var, default venv folder, console script, creation command)
-STANDINS = {
-    "fakesnow": ("POLYSQL_FAKESNOW_VENV", REPO / ".venv-fakesnow", "fakesnow",
-                 "python3 -m venv .venv-fakesnow && .venv-fakesnow/bin/pip install "
-                 "'fakesnow[server]==0.12.*' 'snowflake-connector-python==4.8.*'"),
-    "bqemulator": ("POLYSQL_BQEMULATOR_VENV", REPO / ".venv-bqemulator", "python",
-                   "python3 -m venv .venv-bqemulator && .venv-bqemulator/bin/pip install 'bqemulator==1.4.*' numpy"),
-    "moto": ("POLYSQL_MOTO_VENV", REPO / ".venv-moto", "moto_server",
-             "python3 -m venv .venv-moto && .venv-moto/bin/pip install 'moto[s3]==5.2.*' flask flask-cors"),
-}
-
-#: Python run by the bqemulator venv: skip the spatial-extension download, then the CLI.
-BQEMULATOR_LAUNCH = ("import sys; import bqemulator.storage.engine as e; "
-                     "e.DuckDBEngine._load_spatial = lambda self: None; "
-                     "from bqemulator.cli import main; sys.argv[0] = 'bqemulator'; sys.exit(main())")
 
 
 def standin_executable(name: str) -> Path:
-    """The stand-in's console script; skips (or fails under POLYSQL_REQUIRE_STANDINS=1)."""
-    env, default, script, how = STANDINS[name]
-    exe = Path(os.environ.get(env, default)) / "bin" / script
-    if not exe.exists():
-        msg = f"{name} stand-in not installed at {exe}; create it with: {how}"
+    """The stand-in's console script, its venv built on first use (:func:`jobs.standins.executable`).
+
+    Skips with one line when it cannot be built (or fails under ``POLYSQL_REQUIRE_STANDINS=1``)."""
+    try:
+        return _impl.executable(name)
+    except _impl.StandinError as e:
         if os.environ.get("POLYSQL_REQUIRE_STANDINS") == "1":
-            pytest.fail(msg + " (POLYSQL_REQUIRE_STANDINS=1)", pytrace=False)
-        pytest.skip(msg)
-    return exe
-
-
-def free_port() -> int:
-    """A free loopback TCP port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def fakesnow_server(wait_s: float = 60.0):
-    """Start ``fakesnow -s`` on a free loopback port; yields ``(host, port)``; stops it after."""
-    port = free_port()
-    return _serve([str(standin_executable("fakesnow")), "-s", "--host", "127.0.0.1", "-p", str(port)],
-                  port, "fakesnow", wait_s)
-
-
-def bqemulator_server(wait_s: float = 120.0):
-    """Start bqemulator (REST only, ephemeral) on a free loopback port; yields ``(host, port)``."""
-    port = free_port()
-    return _serve([str(standin_executable("bqemulator")), "-c", BQEMULATOR_LAUNCH, "start",
-                   "--rest-host", "127.0.0.1", "--rest-port", str(port), "--grpc-port", "0",
-                   "--project", "polysql", "--log-level", "error"], port, "bqemulator", wait_s)
-
-
-def moto_server(wait_s: float = 60.0):
-    """Start ``moto_server`` (in-memory S3 protocol) on a free loopback port; yields ``(host, port)``."""
-    port = free_port()
-    return _serve([str(standin_executable("moto")), "-H", "127.0.0.1", "-p", str(port)], port, "moto", wait_s)
+            pytest.fail(f"{e} (POLYSQL_REQUIRE_STANDINS=1)", pytrace=False)
+        pytest.skip(str(e))
 
 
 @contextlib.contextmanager
 def _serve(argv: list[str], port: int, name: str, wait_s: float):
-    import tempfile
-
-    # stand-ins log every request on stderr (fakesnow, moto): into a file, never a pipe that
-    # nobody reads: a full pipe blocks the server's logging call and with it every request
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+    """:func:`jobs.standins.serve_argv`, a start failure failing the test."""
+    cm = _impl.serve_argv(argv, port, name, wait_s)
     try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                err = log.read().decode(errors="replace")[-2000:]
-                pytest.fail(f"{name} did not start on 127.0.0.1:{port}: {err}", pytrace=False)
-            time.sleep(0.2)
-        yield "127.0.0.1", port
+        host_port = cm.__enter__()
+    except _impl.StandinError as e:
+        pytest.fail(str(e), pytrace=False)
+    try:
+        yield host_port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        cm.__exit__(None, None, None)
+
+
+def _standin(name: str, wait_s: float | None):
+    standin_executable(name)  # skip (or fail) here when it cannot be built
+    port = free_port()
+    argv = _impl.launch_argv(name, port)
+    return _serve(argv, port, name, wait_s or _impl.WAIT_S[name])
+
+
+def fakesnow_server(wait_s: float | None = None):
+    """Start ``fakesnow -s`` on a free loopback port; yields ``(host, port)``; stops it after."""
+    return _standin("fakesnow", wait_s)
+
+
+def bqemulator_server(wait_s: float | None = None):
+    """Start bqemulator (REST only, ephemeral) on a free loopback port; yields ``(host, port)``."""
+    return _standin("bqemulator", wait_s)
+
+
+def moto_server(wait_s: float | None = None):
+    """Start ``moto_server`` (in-memory S3 protocol) on a free loopback port; yields ``(host, port)``."""
+    return _standin("moto", wait_s)

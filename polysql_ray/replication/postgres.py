@@ -97,16 +97,6 @@ def content_fingerprint(columns: list[tuple[str, str, str]],
     return h.hexdigest()
 
 
-def resolve_name(name: str, candidates: Iterable[str]) -> str | None:
-    """Exact match first, then the unique case-insensitive match (SQLite resolves FK targets
-    case-insensitively); None when absent or ambiguous."""
-    cands = list(candidates)
-    if name in cands:
-        return name
-    low = [c for c in cands if c.lower() == name.lower()]
-    return low[0] if len(low) == 1 else None
-
-
 def ensure_reader_role(settings: ServerSettings, conn) -> None:
     """Create/refresh the least-privilege reader role (admin connection ``conn``, autocommit).
 
@@ -240,6 +230,26 @@ class PostgresWriter:
         except psycopg.Error as e:
             raise ReplicationError(f"postgres copy {location}: {e}") from e
         return dropped
+
+    def carry_schema(self, location: str, tables: list[TableSpec], schema: str, stored: str) -> str:
+        """Make ``<schema>.<table>`` resolve for a qualifier other than the copy's own schema
+        (another schema of a PostgreSQL source, a DuckDB source's catalog name): a schema
+        ``stored`` of this copy's database holding one view per table over the copy's schema,
+        ``USAGE`` and ``SELECT`` granted to the reader. Returns the manifest sentence."""
+        from psycopg import sql
+
+        db, home = split_location(location, self.settings.database)
+        if stored == home:
+            return f"resolves: schema {home!r} of the replica"
+        role, sch = sql.Identifier(self.settings.user), sql.Identifier(stored)
+        with pg_engine.connect(self.settings, admin=True, dbname=db) as conn, conn.transaction():
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sch))
+            for t in tables:
+                conn.execute(sql.SQL("CREATE VIEW {}.{} AS SELECT * FROM {}.{}").format(
+                    sch, sql.Identifier(t.stored), sql.Identifier(home), sql.Identifier(t.stored)))
+            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sch, role))
+            conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(sch, role))
+        return f"resolves: schema {stored!r} of views over schema {home!r}"
 
     def _load(self, conn, s: str, t: TableSpec, source, reader) -> None:
         cols = ", ".join(qi(c.stored) for c in t.columns)
