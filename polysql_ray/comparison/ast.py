@@ -236,6 +236,8 @@ class AstEquivalence:
             pred_key = self.canonical_key(pred_sql, pred_dialect, other=gold_dialect, schema=schema)
         except _Unknown as e:
             return StructuralResult("unknown", str(e))
+        except RecursionError:  # a syntax tree deeper than Python's stack (a 3,000-term chain)
+            return StructuralResult("unknown", "too_deep")
         if gold_key == pred_key:
             return StructuralResult("equivalent", "identical_canonical_form")
         return StructuralResult("unknown", "different_structure")

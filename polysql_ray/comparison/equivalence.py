@@ -175,7 +175,9 @@ def read_sqlite_schema(path: str) -> dict[str, dict[str, str]] | None:
 
 
 def _rows(table: pa.Table) -> list[tuple]:
-    cols = [c.to_pylist() for c in table.columns]
+    from polysql_ray.comparison.normalize import python_values
+
+    cols = [python_values(c) for c in table.columns]
     return list(zip(*cols)) if cols else []
 
 
@@ -281,7 +283,7 @@ class ResultSetEquivalence:
     def check(self, case: Case) -> EquivalenceResult:
         """See class docstring."""
         from polysql_ray.comparison.prepare import executed_sql
-        from polysql_ray.comparison.shape import analyze_gold
+        from polysql_ray.comparison.shape import analyze_gold, analyze_prediction
         from polysql_ray.comparison.verdict import Pair, decide
 
         pol = self.policy
@@ -312,12 +314,20 @@ class ResultSetEquivalence:
                 if (gold.ok and shape.probe_sql) else None
             ties = self._run(gold_engine, case.gold_location, shape.ties_probe_sql) \
                 if (gold.ok and shape.ties_probe_sql) else None
-            pred = None
+            pred = pred_shape = pred_probe = pred_ties = None
             if gold.ok and pred_sql.strip() and not proven:
-                pred = self._run(pred_engine, case.pred_location or case.gold_location, pred_sql)
+                where = case.pred_location or case.gold_location
+                pred = self._run(pred_engine, where, pred_sql)
+                pred_shape = analyze_prediction(pred_sql, case.pred_dialect)  # as the sweep's planner
+                if pred.ok and not pred_shape.static:
+                    pred_probe = self._run(pred_engine, where, pred_shape.cut_probe_sql) \
+                        if pred_shape.cut_probe_sql else None
+                    pred_ties = self._run(pred_engine, where, pred_shape.ties_probe_sql) \
+                        if pred_shape.ties_probe_sql else None
             v = decide("ok" if pred_sql.strip() else "no_sql", gold, probe, pred, shape, pol, self.limits,
                        proven=proven, pair=Pair(gold_sql, pred_sql, case.gold_dialect, case.pred_dialect,
-                                                case.gold_engine, case.pred_engine), ties_probe=ties)
+                                                case.gold_engine, case.pred_engine), ties_probe=ties,
+                       pred_shape=pred_shape, pred_probe=pred_probe, pred_ties_probe=pred_ties)
             err = (gold.error if not gold.ok else pred.error if (pred is not None and not pred.ok) else None)
             expl = v.reason + (f" (flags: {', '.join(v.flags)})" if v.flags else "") + (f": {err}" if err else "")
             diff = result_diff(gold.table, pred.table if pred is not None else None, v.diff) \

@@ -11,12 +11,32 @@ float      float16/32/64, decimal with scale > 0 (no overflow: cast to float64) 
 bool       bool when not ``bool_as_int``                                        int64 0/1
 str        (large_)string, string_view; rtrimmed if ``trim_trailing_spaces``    Arrow strings
 temporal   date, timestamp (tz-aware -> UTC wall clock), time -> ISO-8601 text   Arrow strings
+           (special values: see below)
 bytes      (large_)binary, fixed_size_binary                                    Arrow binary
 mixed      union (SQLite's dynamically typed columns), anything else            Python list
 =========  ===================================================================  ============
 
 ISO text is canonical: ``YYYY-MM-DD``, ``YYYY-MM-DD HH:MM:SS[.f]``, ``HH:MM:SS[.f]`` with the
 ``T`` separator replaced by a space and trailing fractional zeros dropped.
+
+**Special values** (evaluation notes section 8: engines return values Python's types cannot
+hold). Every one becomes a canonical value without a conversion to Python objects:
+
+* ``infinity`` / ``-infinity`` dates and timestamps: DuckDB stores them as the extreme integers
+  of the Arrow type (``date32`` +-(2**31 - 1) days, ``timestamp`` +-(2**63 - 1) units; DuckDB docs,
+  "Date Types" / "Timestamp Types", special values); they become the text ``infinity`` /
+  ``-infinity``, as PostgreSQL prints them (its driver hands them over as that text,
+  ``engines/postgres.py``).
+* dates and timestamps outside Python's years 1..9999 (year 0, BC, 294247): ISO text computed
+  from the integer epoch value (proleptic Gregorian, astronomical year numbering: year 0 is
+  1 BC, ``-0001`` is 2 BC), so ``10000-01-01`` and ``0000-12-31`` are ordinary values.
+* decimals beyond int64 (``Decimal(76)``, ``10**60``) stay exact Python ints; float ``inf``,
+  ``-inf`` and ``NaN`` stay IEEE values: ``inf`` equals only the same-sign ``inf``
+  (:func:`close`), ``NaN`` equals ``NaN`` only under ``policy.nan_equal`` (it is given an exact
+  code of its own, never compared under tolerance: :func:`_nan_codes`).
+
+:func:`python_values` is the one conversion of an Arrow column to Python values for diff samples
+and per-value fallbacks; a value Python cannot hold becomes its canonical text there too.
 
 :func:`pair_codes` turns a (gold column, predicted column) pair into integer codes such that
 equal canonical values get equal codes (NULL is always code -1: one sentinel, independent of
@@ -39,13 +59,19 @@ from .policy import ComparisonPolicy
 
 NULL_CODE = -1
 _INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1
+#: Units of a day per Arrow time unit.
+_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
+_PER_S = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+#: Python's date range as days since 1970-01-01 (0001-01-01 .. 9999-12-31).
+_PY_DAYS = (-719_162, 2_932_896)
 
 # ISO-8601 text canonicalisation, applied to temporal values and (for str-vs-temporal pairs)
 # to the string side.
-_ISO_RULES = (
-    (r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2})", r"\1 \2"),
-    (r"^((?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2})\.0*$", r"\1"),
-    (r"^((?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d*?)0+$", r"\1"),
+_ISO_RULES = (  # years of any width and sign (year 0, BC, 10000+: module docstring)
+    (r"^(-?\d{4,}-\d{2}-\d{2})T(\d{2}:\d{2})", r"\1 \2"),
+    (r"^((?:-?\d{4,}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2})\.0*$", r"\1"),
+    (r"^((?:-?\d{4,}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d*?)0+$", r"\1"),
 )
 
 
@@ -116,12 +142,120 @@ def canonical_column(col: pa.Array | pa.ChunkedArray, policy: ComparisonPolicy) 
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) \
             or pa.types.is_binary_view(t):
         return Canon("bytes", pc.cast(arr, pa.large_binary()), null, arr)
-    if pa.types.is_timestamp(t) and t.tz is not None:  # aware -> UTC wall clock
-        arr_naive = pc.cast(arr, pa.timestamp(t.unit))
-        return Canon("temporal", _iso(pc.cast(arr_naive, pa.large_string())), null, arr)
     if pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t):
-        return Canon("temporal", _iso(pc.cast(arr, pa.large_string())), null, arr)
-    return Canon("mixed", arr.to_pylist(), null, arr)
+        return Canon("temporal", temporal_text(arr), null, arr)
+    return Canon("mixed", python_values(arr), null, arr)
+
+
+def _civil(days: int) -> tuple[int, int, int]:
+    """(year, month, day) of ``days`` since 1970-01-01, proleptic Gregorian, any magnitude
+    (H. Hinnant, "chrono-Compatible Low-Level Date Algorithms", ``civil_from_days``)."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (m <= 2), m, d
+
+
+def _epoch_text(value: int, per_day: int, per_s: int, date_only: bool) -> str:
+    """ISO text of an epoch value in units (``per_day`` units a day) Python cannot hold."""
+    days, rest = divmod(value, per_day)
+    y, m, d = _civil(days)
+    text = (f"{y:04d}" if y >= 0 else f"-{-y:04d}") + f"-{m:02d}-{d:02d}"
+    if date_only:
+        return text
+    secs, frac = divmod(rest, per_s)
+    text += f" {secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+    if per_s > 1:
+        text += "." + f"{frac:0{len(str(per_s)) - 1}d}"
+    return _iso_text(text)
+
+
+def _special_mask(arr: pa.Array):
+    """``(odd, ints, text_of)`` of a date/timestamp column: ``odd`` (boolean array) marks the
+    engines' infinity sentinels and values outside Python's years 1..9999, found on the integer
+    epoch values ``ints``; ``text_of(v)`` is the canonical text of one such integer."""
+    t = arr.type
+    if pa.types.is_date32(t):
+        ints, per_day, per_s, date_only, sentinel = arr.view(pa.int32()), 1, 1, True, _INT32_MAX
+    elif pa.types.is_date64(t):
+        ints, per_day, per_s, date_only, sentinel = arr.view(pa.int64()), 86_400_000, 1, True, _INT64_MAX
+    else:
+        ints, per_day, per_s = arr.view(pa.int64()), _PER_DAY[t.unit], _PER_S[t.unit]
+        date_only, sentinel = False, _INT64_MAX
+    bits = ints.type.bit_width - 1  # Python's range in this unit, clipped to the integer type
+    lo = max(_PY_DAYS[0] * per_day, -(2**bits))
+    hi = min((_PY_DAYS[1] + 1) * per_day - 1, 2**bits - 1)
+    odd = pc.fill_null(pc.or_(pc.or_(pc.less(ints, pa.scalar(lo, ints.type)),
+                                     pc.greater(ints, pa.scalar(hi, ints.type))),
+                              pc.equal(pc.abs(ints), pa.scalar(sentinel, ints.type))), False)
+
+    def text_of(v: int) -> str:
+        return "infinity" if v == sentinel else "-infinity" if v == -sentinel \
+            else _epoch_text(v, per_day, per_s, date_only)
+    return odd, ints, text_of
+
+
+def temporal_text(arr: pa.Array) -> pa.Array:
+    """Canonical ISO text (large_string) of a date/timestamp/time column (module docstring).
+
+    Vectorised: Arrow's cast for values in Python's range; the engines' infinity sentinels and
+    values outside years 1..9999 (found on the integer epoch values, never via Python date
+    objects) get their text from :func:`_epoch_text`. tz-aware timestamps give the UTC wall
+    clock. Never raises for an in-type value.
+    """
+    t = arr.type
+    if pa.types.is_time(t):
+        return _iso(pc.cast(arr, pa.large_string()))
+    if pa.types.is_timestamp(t) and t.tz is not None:  # aware -> UTC wall clock (values are UTC)
+        arr = arr.view(pa.timestamp(t.unit))
+    odd, ints, text_of = _special_mask(arr)
+    if not pc.any(odd).as_py():
+        return _iso(pc.cast(arr, pa.large_string()))
+    text = pc.cast(pc.if_else(odd, pa.scalar(None, arr.type), arr), pa.large_string())
+    # ints only: Python holds every one of them
+    fill = pa.array([text_of(v) for v in pc.filter(ints, odd).to_pylist()], pa.large_string())
+    idx = pc.subtract(pc.cumulative_sum(pc.cast(odd, pa.int64())), 1)
+    spread = pc.take(fill, pc.if_else(odd, idx, pa.scalar(None, pa.int64())))
+    return _iso(pc.coalesce(spread, text))
+
+
+#: Errors of Arrow's conversion to Python objects for values Python cannot hold.
+_PY_ERRORS = (OverflowError, ValueError, pa.ArrowException)
+
+
+def python_values(col: pa.Array | pa.ChunkedArray) -> list:
+    """``col.to_pylist()``, except that a value Python's types cannot hold or that is an
+    engine's special value (an infinity or year-10000 date, DuckDB's infinity timestamp in
+    nanoseconds) becomes its canonical text (:func:`temporal_text`) instead of raising or of a
+    wrong date; a value of another type Python cannot hold becomes Arrow's text of it. The one
+    conversion to Python values of result sets (diff samples, distinct rows, per-value
+    fallbacks)."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    t = arr.type
+    if pa.types.is_date(t) or pa.types.is_timestamp(t):
+        odd = _special_mask(arr)[0]
+        if pc.any(odd).as_py():
+            text = temporal_text(arr).to_pylist()
+            return [text[i] if bad else arr[i].as_py() for i, bad in enumerate(odd.to_pylist())]
+    try:
+        return arr.to_pylist()
+    except _PY_ERRORS:
+        pass
+    out = []
+    for i in range(len(arr)):
+        try:
+            out.append(arr[i].as_py())
+        except _PY_ERRORS:
+            try:
+                out.append(pc.cast(arr.slice(i, 1), pa.large_string())[0].as_py())
+            except pa.ArrowException:
+                out.append(f"<{t}>")
+    return out
 
 
 def _iso_text(s: str) -> str:
@@ -149,7 +283,9 @@ def py_canonical(v: Any, policy: ComparisonPolicy) -> Any:
     if isinstance(v, float):
         return v
     if isinstance(v, decimal.Decimal):
-        return int(v) if v == v.to_integral_value() and v.is_finite() else float(v)
+        if v.is_finite() and v == v.to_integral_value():
+            return int(v)
+        return math.nan if v.is_nan() else float(v)  # float() refuses a signalling NaN
     if isinstance(v, str):
         s = v.rstrip(" ") if policy.trim_trailing_spaces else v
         if policy.string_number_equal:
@@ -190,6 +326,17 @@ class PairCodes:
     mode: str
 
 
+def _as_float(c: Any) -> float | None:
+    """``c`` as a float for the tolerance comparison; None for a non-number and for an integer
+    beyond the float range (compared exactly instead: ``10**400`` is no ``inf``)."""
+    if not isinstance(c, (int, float)):
+        return None
+    try:
+        return float(c)
+    except OverflowError:
+        return None
+
+
 def pair_mode(a: str, b: str, policy: ComparisonPolicy) -> str:
     """How kinds ``a`` (gold) and ``b`` (pred) are compared under ``policy``."""
     kinds = {a, b}
@@ -225,8 +372,8 @@ def pair_codes(g: Canon, p: Canon, policy: ComparisonPolicy) -> PairCodes:
         gf = g.values.astype(np.float64)
         pf = p.values.astype(np.float64)
         gf[g.null], pf[p.null] = math.nan, math.nan
-        return PairCodes(_null_fill(np.zeros(n), g.null), _null_fill(np.zeros(len(pf)), p.null),
-                         gf, pf, mode)
+        return _nan_codes(_null_fill(np.zeros(n), g.null), _null_fill(np.zeros(len(pf)), p.null),
+                          gf, pf, mode, g.null, p.null, policy)
     if mode == "arrow":
         gv, pv = g.values, p.values
         if g.kind == "bool":
@@ -239,35 +386,60 @@ def pair_codes(g: Canon, p: Canon, policy: ComparisonPolicy) -> PairCodes:
     if mode in ("python", "int"):  # per-value fallback (also big Python ints)
         table: dict[Any, int] = {}
         out = []
+        tag = "s" if policy.date_string_equal else "t"
         for side in (g, p):
-            vals = side.values if side.kind in ("mixed", "int") else side.raw.to_pylist()
+            if side.kind in ("mixed", "int"):
+                vals = side.values
+            elif side.kind == "temporal":  # canonical text already (special values included)
+                vals = [None if v is None else (tag, v) for v in side.values.to_pylist()]
+            else:
+                vals = python_values(side.raw)
             codes = np.empty(len(side.null), dtype=np.int64)
             floats = np.full(len(side.null), math.nan)
             for i, v in enumerate(vals):
                 if side.null[i]:
                     codes[i] = NULL_CODE
                     continue
-                c = py_canonical(v, policy) if side.kind != "int" else int(v)
-                if mode == "python" and isinstance(c, (int, float)):
-                    codes[i], floats[i] = 0, float(c)  # numbers: compared under tolerance
+                c = int(v) if side.kind == "int" else v if side.kind == "temporal" else py_canonical(v, policy)
+                f = _as_float(c) if mode == "python" else None
+                if f is not None:
+                    codes[i], floats[i] = 0, f  # numbers: compared under tolerance
                 else:
                     codes[i] = table.setdefault(c, len(table) + 1)
             out.append((codes, floats))
-        tol = mode == "python"
-        return PairCodes(out[0][0], out[1][0], out[0][1] if tol else None,
-                         out[1][1] if tol else None, mode)
+        if mode == "python":
+            return _nan_codes(out[0][0], out[1][0], out[0][1], out[1][1], mode, g.null, p.null, policy)
+        return PairCodes(out[0][0], out[1][0], None, None, mode)
     # disjoint: non-NULL values never meet; NULL still equals NULL
     return PairCodes(_null_fill(np.zeros(n), g.null), _null_fill(np.ones(len(p.null)), p.null),
                      None, None, "disjoint")
 
 
-def close(a: np.ndarray, b: np.ndarray, policy: ComparisonPolicy) -> np.ndarray:
-    """Element-wise tolerance equality: ``|a-b| <= abs_tol + rel_tol*max(|a|,|b|)``.
+def _nan_codes(gc: np.ndarray, pc_: np.ndarray, gf: np.ndarray, pf: np.ndarray, mode: str,
+               gnull: np.ndarray, pnull: np.ndarray, policy: ComparisonPolicy) -> PairCodes:
+    """Float NaN values (not NULL) leave the tolerance comparison: they get an exact code of
+    their own, one above every code in use (the predicted side one more unless
+    ``policy.nan_equal``), and a float placeholder 0.0, so a NaN never meets a number or another
+    value and meets a NaN only by policy."""
+    base = max(int(gc.max(initial=0)), int(pc_.max(initial=0))) + 1
+    for codes, floats, null, code in ((gc, gf, gnull, base),
+                                      (pc_, pf, pnull, base if policy.nan_equal else base + 1)):
+        nan = np.isnan(floats) & ~null & (codes == 0)  # numbers only (code 0): not text
+        if nan.any():
+            codes[nan], floats[nan] = code, 0.0
+    return PairCodes(gc, pc_, gf, pf, mode)
 
-    NaN (NULL / non-number placeholders) equals NaN; ``inf`` equals only ``inf``. Shapes
-    broadcast like numpy.
+
+def close(a: np.ndarray, b: np.ndarray, policy: ComparisonPolicy) -> np.ndarray:
+    """Element-wise tolerance equality: ``a == b``, or both finite and
+    ``|a-b| <= abs_tol + rel_tol*max(|a|,|b|)``.
+
+    NaN here is only the NULL placeholder (float NaN values carry their own exact code,
+    :func:`_nan_codes`) and equals NaN; ``inf`` equals only the same-sign ``inf``: the tolerance
+    applies to finite pairs only, since ``|inf - x| <= rel_tol * inf`` holds for every ``x``
+    (a prediction ``SELECT 1e999`` must never pass a numeric gold). Shapes broadcast like numpy.
     """
     with np.errstate(invalid="ignore", over="ignore"):
         eq = (a == b) | (np.isnan(a) & np.isnan(b))
         tol = policy.abs_tol + policy.rel_tol * np.maximum(np.abs(a), np.abs(b))
-        return eq | (np.abs(a - b) <= tol)
+        return eq | (np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= tol))

@@ -6,7 +6,7 @@ line) changes the fingerprint and therefore the cell key, so results under diffe
 never mix. The policy is built **once per run** (``ComparisonPolicy.from_config``) and passed
 as this object to every scoring task and to :func:`polysql_ray.comparison.verdict.decide`.
 
-Rules of the default policy (``cmp-2``):
+Rules of the default policy (``cmp-3``):
 
 * **Rows**: multiset (bag) comparison unless the gold has a top-level ORDER BY; then rows
   compare in order and rows tied on the ORDER BY keys compare as a multiset. Duplicates count
@@ -19,8 +19,10 @@ Rules of the default policy (``cmp-2``):
 * **Numbers** (the one place where "equal" is not identity; implemented once, in
   :func:`polysql_ray.comparison.normalize.close`): two values that are *integers by type*
   (int, bool when ``bool_as_int``, Decimal with scale 0) compare **exactly**; otherwise the
-  values are equal iff ``|a - b| <= abs_tol + rel_tol * max(|a|, |b|)`` (NULL only equals
-  NULL; NaN equals NaN). Defaults ``abs_tol = 1e-5`` (the PolySQL paper's tolerance) and
+  values are equal iff ``|a - b| <= abs_tol + rel_tol * max(|a|, |b|)`` with both finite
+  (NULL only equals NULL; ``inf`` equals only the same-sign ``inf``, so ``SELECT 1e999`` never
+  passes a numeric gold; NaN equals NaN only under ``nan_equal``, default true: SQL engines
+  that have NaN sort and group all NaNs as one value). Defaults ``abs_tol = 1e-5`` (the PolySQL paper's tolerance) and
   ``rel_tol = 1e-9`` (absorbs float accumulation noise on large magnitudes only: a double sum
   near 1e12 has an ulp of 1.2e-4). A purely relative 1e-5 would accept 123457.0 for 123456.0;
   rounding to fixed digits rejects values straddling a rounding boundary.
@@ -35,7 +37,12 @@ Rules of the default policy (``cmp-2``):
   data by a probe query) is flagged ``nondeterministic_gold`` and, by default, scored
   ``inconclusive``: its observed pass/fail depends on which tied row an engine happened to pick
   (Spider q954/q955 flip between MariaDB runs). A tie at the *top-level* cut is decided by the
-  lenient rule above instead (any tied choice passes).
+  lenient rule above instead (any tied choice passes). The prediction is checked the same way
+  on the target engine (flag ``nondeterministic_pred``, by default ``inconclusive``): random
+  functions, a nested cut in a tie, an ungrouped column holding several values on MariaDB
+  (Spider q573/q574), or a tie at its own top-level LIMIT cut where another choice of the tied
+  rows would get another verdict (Spider q562); a tie every choice of which is judged alike is
+  decided as observed.
 
 ``policy=testsuite`` (``conf/policy/testsuite.yaml``) emulates the exec rules of the Spider
 test-suite evaluator (Zhong et al., EMNLP 2020, github.com/taoyds/test-suite-sql-eval): the
@@ -63,7 +70,8 @@ DISTINCT_MODES = ("keep", "strip")
 
 #: Flags saying the verdict may hinge on an ambiguity (README, "Ambiguity flags"): EX is also
 #: reported over the items carrying none of them.
-AMBIGUITY_FLAGS = ("ties_at_limit", "ties_truncated", "nondeterministic_gold", "time_dependent_gold",
+AMBIGUITY_FLAGS = ("ties_at_limit", "ties_truncated", "nondeterministic_gold", "nondeterministic_pred",
+                   "time_dependent_gold",
                    "null_order", "integer_division", "bool_as_int", "decimal_scale", "collation",
                    "duplicates", "ungrouped_column", "tie_probe_unavailable", "order_keys_unknown",
                    "unparsed_gold")
@@ -77,7 +85,7 @@ class ComparisonPolicy:
     """How a gold result set and a predicted result set are judged equal (EX).
 
     Attributes:
-        version: policy version tag stored with every score (``cmp-2``); bumped whenever the
+        version: policy version tag stored with every score (``cmp-3``); bumped whenever the
             comparison *code* changes meaning, so old scores are recognisably different.
         abs_tol: absolute tolerance for non-integer numbers (paper: 1e-5).
         rel_tol: relative tolerance for non-integer numbers; see the module docstring.
@@ -98,6 +106,9 @@ class ComparisonPolicy:
             (SQLite stores dates as TEXT). Timestamps are compared as UTC wall-clock; naive
             timestamps are taken as UTC.
         trim_trailing_spaces: ignore trailing spaces in strings (MySQL PAD SPACE collations).
+        nan_equal: a float NaN equals a NaN (default True: PostgreSQL, DuckDB and ClickHouse
+            treat all NaNs as one value in GROUP BY, DISTINCT and ORDER BY; PostgreSQL docs 8.1.3
+            "Floating-Point Types"). NaN never equals a number or NULL; False: NaN equals nothing.
         duplicates: ``bag`` (default): duplicate rows count; ``set``: duplicate rows are
             dropped from both result sets before comparing (BIRD's ``set(pred) == set(gold)``).
         distinct: ``keep``: run both queries as written; ``strip``: delete the SELECT DISTINCT
@@ -109,13 +120,14 @@ class ComparisonPolicy:
             ``strict``: the predicted rows at the cut must equal the gold's choice. Both flag
             ``ties_at_limit``.
         inconclusive_flags: flags (:data:`POLICY_FLAGS`) that turn a decided
-            ``pass``/``fail`` into ``inconclusive``. Default: only ``nondeterministic_gold`` (a
+            ``pass``/``fail`` into ``inconclusive``. Default: ``nondeterministic_gold`` (a
             gold whose result is not a function of the data has no single right answer, and its
-            observed verdict could change from run to run); every other flag keeps the strict
-            verdict.
+            observed verdict could change from run to run) and ``nondeterministic_pred`` (a
+            prediction whose verdict could change from run to run on the same data:
+            ``verdict.pred_nondeterministic``); every other flag keeps the strict verdict.
     """
 
-    version: str = "cmp-2"
+    version: str = "cmp-3"
     abs_tol: float = 1e-5
     rel_tol: float = 1e-9
     order: str = "auto"
@@ -126,11 +138,12 @@ class ComparisonPolicy:
     bool_as_int: bool = True
     date_string_equal: bool = True
     trim_trailing_spaces: bool = False
+    nan_equal: bool = True
     ties_at_limit: str = "lenient"
     duplicates: str = "bag"
     distinct: str = "keep"
     empty_equal: bool = False
-    inconclusive_flags: tuple[str, ...] = ("nondeterministic_gold",)
+    inconclusive_flags: tuple[str, ...] = ("nondeterministic_gold", "nondeterministic_pred")
 
     def __post_init__(self) -> None:
         for name, modes in (("order", ORDER_MODES), ("duplicates", DUPLICATE_MODES),

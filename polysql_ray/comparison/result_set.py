@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .normalize import NULL_CODE, PairCodes, canonical_column, close, pair_codes
+from .normalize import NULL_CODE, PairCodes, canonical_column, close, pair_codes, python_values
 from .policy import ComparisonPolicy
 from .shape import TIE_WINDOW, GoldShape
 
@@ -239,7 +239,7 @@ def _rows(table: pa.Table, idx: np.ndarray, cols: tuple[int, ...]) -> tuple[tupl
     if len(idx) == 0 or not cols:
         return ()
     sub = table.select(list(cols)).take(pa.array(idx[:SAMPLE_ROWS]))
-    return tuple(zip(*(c.to_pylist() for c in sub.columns)))
+    return tuple(zip(*(python_values(c) for c in sub.columns)))
 
 
 def _key_matrix(table: pa.Table, keys: tuple[int, ...], policy: ComparisonPolicy) -> np.ndarray:
@@ -473,7 +473,7 @@ def distinct_rows(table: pa.Table) -> pa.Table:
         return table
     seen: set = set()
     keep = []
-    cols = [c.to_pylist() for c in table.columns]
+    cols = [python_values(c) for c in table.columns]
     for i, row in enumerate(zip(*cols)):
         key = tuple((type(v).__name__, v) if not isinstance(v, (dict, list)) else repr(v) for v in row)
         if key not in seen:
@@ -636,6 +636,63 @@ def _lower_strings(t: pa.Table) -> pa.Table | None:
     if not strings:
         return None
     return pa.Table.from_arrays(cols, names=t.column_names) if changed else t
+
+
+#: Most alternative results a prediction's tied LIMIT cut is checked with (beyond: undecidable).
+MAX_CUT_CHOICES = 64
+
+
+def cut_choices(pred: pa.Table, cut_probe: pa.Table | None, limit: int, keys: tuple[int, ...],
+                policy: ComparisonPolicy) -> list[pa.Table] | None | str:
+    """The other results a prediction with a top-level ``LIMIT k`` could have returned on the
+    same data: the engine may pick any of the rows tied at its own cut (on its ORDER BY keys;
+    without ORDER BY every row is tied), and may pick differently in another run.
+
+    Args:
+        pred: the predicted result set (``k`` rows when the cut took a choice).
+        cut_probe: the prediction's cut probe (``shape.PredShape.cut_probe_sql``) result.
+        limit: ``k``; keys: the ORDER BY key positions in the probe (``()``: no ORDER BY).
+        policy: for the key comparison.
+    Returns:
+        None when no choice exists (the LIMIT cut no row, no probe row past the cut ties with
+        the last kept one, or the tied rows are all alike); else the list of possible results
+        (rows before the tie group, then each choice of tied rows, in probe order); ``"unknown"``
+        when the tied rows run to the end of the probe window or the choices exceed
+        :data:`MAX_CUT_CHOICES`.
+    """
+    import itertools
+    import math
+
+    n = pred.num_rows
+    if cut_probe is None or n < limit or cut_probe.num_rows <= n or cut_probe.num_columns < pred.num_columns:
+        return None
+    if keys:
+        K = _key_matrix(cut_probe, keys, policy)
+        tied = _same(K, K[n - 1])
+        if not tied[n]:
+            return None
+        s = n - 1
+        while s > 0 and tied[s - 1]:
+            s -= 1
+        end = n
+        while end < cut_probe.num_rows and tied[end]:
+            end += 1
+    else:
+        s, end = 0, cut_probe.num_rows
+    if end == cut_probe.num_rows and cut_probe.num_rows >= limit + TIE_WINDOW:
+        return "unknown"
+    cols = list(range(pred.num_columns))
+    group = pa.Table.from_arrays(cut_probe.slice(s, end - s).select(cols).columns, names=pred.column_names)
+    if distinct_rows(group).num_rows == 1:
+        return None
+    if math.comb(end - s, n - s) > MAX_CUT_CHOICES:
+        return "unknown"
+    fixed = pa.Table.from_arrays(cut_probe.slice(0, s).select(cols).columns, names=pred.column_names)
+    try:
+        return [pa.concat_tables([fixed, group.take(pa.array(idx, pa.int64()))]).cast(pred.schema)
+                for idx in itertools.combinations(range(end - s), n - s)]
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return "unknown"
 
 
 def compare_batch(items: list[tuple[pa.Table | None, pa.Table | None, GoldShape, pa.Table | None]],

@@ -123,9 +123,12 @@ def analyze_gold(gold_sql: str, dialect: str, tie_window: int = TIE_WINDOW) -> G
         tree = sqlglot.parse_one(gold_sql, read=dialect)
     except Exception:  # sqlglot raises ParseError/TokenError and occasionally others
         return GoldShape(flags=("unparsed_gold",), order_by_anywhere=anywhere)
-    det = determinism_flags(tree)
-    ties_probe = nested_ties_probe(tree, dialect)
-    shape = _analyze_tree(tree, dialect, tie_window)
+    try:
+        det = determinism_flags(tree)
+        ties_probe = nested_ties_probe(tree, dialect)
+        shape = _analyze_tree(tree, dialect, tie_window)
+    except RecursionError:  # a tree deeper than Python's stack: bag semantics, flagged
+        return GoldShape(flags=("unparsed_gold",), order_by_anywhere=anywhere)
     return GoldShape(shape.ordered, shape.order_keys, shape.keys_complete, shape.limit, shape.probe_sql,
                      shape.probe_keys, tuple(dict.fromkeys(shape.flags + det)), anywhere, ties_probe,
                      len(_nested_cuts(tree)))
@@ -260,6 +263,70 @@ def nested_ties(probe, nested_cuts: int = 1) -> tuple[str, ...]:
     if row is not None and (row.get("g") or 0) > 0:
         flags.append("ungrouped_column")
     return tuple(flags)
+
+
+@dataclass(frozen=True)
+class PredShape:
+    """Whether a predicted query's result can be other than a function of the data, as far as
+    its text tells (:func:`analyze_prediction`); the data decides the rest (verdict.py).
+
+    Attributes:
+        static: random/uuid functions, TABLESAMPLE, or LIMIT without ORDER BY below the top
+            level: the result may change between runs whatever the data.
+        limit: the top-level literal ``LIMIT k`` (with or without ORDER BY), else None.
+        cut_probe_sql: the prediction with ``LIMIT k + TIE_WINDOW`` (and its ORDER BY keys that
+            are not output columns appended, as the gold probe does): run on the target engine,
+            it shows the rows tied at the prediction's own cut, any of which the engine may
+            return. None without a top-level literal LIMIT, or when no probe can be built.
+        cut_keys: positions of the ORDER BY keys in the cut probe (negative = from the end);
+            ``()`` for LIMIT without ORDER BY (every row is tied).
+        ties_probe_sql: :func:`nested_ties_probe` of the prediction (nested ORDER BY ... LIMIT
+            cuts and ungrouped output columns), None when neither applies.
+        nested_cuts: number of nested ORDER BY ... LIMIT cuts.
+    """
+
+    static: bool = False
+    limit: int | None = None
+    cut_probe_sql: str | None = None
+    cut_keys: tuple[int, ...] = ()
+    ties_probe_sql: str | None = None
+    nested_cuts: int = 0
+
+
+def analyze_prediction(pred_sql: str, dialect: str, tie_window: int = TIE_WINDOW) -> PredShape:
+    """The determinism facts of a predicted query (:class:`PredShape`), the prediction-side
+    counterpart of the gold's ``nondeterministic_gold``/``ungrouped_column`` checks. Never
+    raises: SQL sqlglot cannot read (or too deep for it) gives an empty shape (nothing flagged;
+    the engine decides what it means)."""
+    try:
+        tree = sqlglot.parse_one(pred_sql, read=dialect)
+        if tree is None:
+            return PredShape()
+        top = tree
+        while isinstance(top, (exp.Subquery, exp.Paren)):
+            top = top.this
+        limit_node = top.args.get("limit") if isinstance(top, exp.Query) else None
+        k = _literal_int(limit_node.expression) if isinstance(limit_node, exp.Limit) else None
+        rest = tree.copy()
+        rtop = rest
+        while isinstance(rtop, (exp.Subquery, exp.Paren)):
+            rtop = rtop.this
+        if isinstance(rtop, exp.Query):
+            rtop.set("limit", None)  # the top-level cut is checked on the data (cut probe)
+        static = "nondeterministic_gold" in determinism_flags(rest)
+        cut_sql, cut_keys = None, ()
+        if k is not None and k >= 1:
+            if top.args.get("order"):
+                shape = _analyze_tree(top.copy(), dialect, tie_window)
+                cut_sql, cut_keys = shape.probe_sql, shape.probe_keys
+            else:
+                probe = top.copy()
+                probe.args["limit"].set("expression", exp.Literal.number(k + tie_window))
+                cut_sql = probe.sql(dialect=dialect)
+        return PredShape(static, k, cut_sql, tuple(cut_keys), nested_ties_probe(tree, dialect),
+                         len(_nested_cuts(tree)))
+    except Exception:  # noqa: BLE001 - ParseError, RecursionError ...: nothing is flagged
+        return PredShape()
 
 
 def _ungrouped_check(tree: exp.Expression) -> exp.Select | None:

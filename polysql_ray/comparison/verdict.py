@@ -21,7 +21,8 @@ user's test gets the verdict the sweep records. Vocabulary (:mod:`polysql_ray.st
    with basis ``proven``;
 5. both executed -> :func:`polysql_ray.comparison.result_set.compare` decides ``pass`` /
    ``fail`` with its reason and flags, or ``inconclusive`` for the reasons in
-   :data:`INCONCLUSIVE_REASONS`; engine-semantics flags (:func:`semantic_flags`) are added;
+   :data:`INCONCLUSIVE_REASONS` (``compare_error`` when the comparison raised on this item:
+   :func:`scoring_error`); engine-semantics flags (:func:`semantic_flags`) are added;
    a flag listed in ``policy.inconclusive_flags`` turns ``pass``/``fail`` into
    ``inconclusive`` (reason kept, flag recorded).
 """
@@ -36,15 +37,17 @@ import sqlglot
 from sqlglot import exp
 
 from polysql_ray.comparison.policy import ComparisonPolicy
-from polysql_ray.comparison.result_set import Comparison, Diff, compare
-from polysql_ray.comparison.shape import GoldShape, nested_ties
+from polysql_ray.comparison.result_set import Comparison, Diff, compare, cut_choices
+from polysql_ray.comparison.shape import GoldShape, PredShape, nested_ties
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 from polysql_ray.generation.base import GenStatus
 
 #: Comparison reasons that leave the verdict undecidable from the data the evaluator has:
 #: ``ties_truncated`` (the gold's LIMIT cut falls in a tie group larger than the probe
-#: window, result_set.py) -> verdict ``inconclusive``, never ``fail``.
-INCONCLUSIVE_REASONS: frozenset[str] = frozenset({"ties_truncated"})
+#: window, result_set.py) and ``compare_error`` (the comparison raised on this item's values:
+#: the evaluator's limit, not evidence about the prediction) -> verdict ``inconclusive``,
+#: never ``fail``.
+INCONCLUSIVE_REASONS: frozenset[str] = frozenset({"ties_truncated", "compare_error"})
 
 _GEN_REASON = {
     GenStatus.NO_SQL: "no_sql",
@@ -64,6 +67,8 @@ class Verdict:
         basis: ``observed`` (dual execution), ``proven`` (structure) or ``judged``.
         flags: caveats and ambiguity flags (``ties_at_limit``, ``columns_reordered`` ...).
         diff: what differs (:class:`polysql_ray.comparison.result_set.Diff`), when compared.
+        detail: the exception behind reason ``compare_error`` (type and message, at most
+            2,000 characters), else empty.
     """
 
     verdict: str
@@ -71,6 +76,7 @@ class Verdict:
     basis: str = "observed"
     flags: tuple[str, ...] = ()
     diff: Diff | None = None
+    detail: str = ""
 
     @property
     def correct(self) -> bool:
@@ -152,7 +158,9 @@ def _enforce(res: ExecutionResult | None, limits: Limits | None) -> ExecutionRes
 def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: ExecutionResult | None,
            pred: ExecutionResult | None, shape: GoldShape | None, policy: ComparisonPolicy,
            limits: Limits | None = None, *, gold_error: str | None = None, proven: bool = False,
-           pair: Pair | None = None, ties_probe: ExecutionResult | None = None) -> Verdict:
+           pair: Pair | None = None, ties_probe: ExecutionResult | None = None,
+           pred_shape: PredShape | None = None, pred_probe: ExecutionResult | None = None,
+           pred_ties_probe: ExecutionResult | None = None) -> Verdict:
     """Decide the verdict of one prediction (module docstring).
 
     Args:
@@ -170,8 +178,15 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
         ties_probe: execution of ``shape.ties_probe_sql`` on the gold engine; a tie at a nested
             ORDER BY ... LIMIT cut, or a probe that did not run, flags ``nondeterministic_gold``;
             an ungrouped output column with several values in a group flags ``ungrouped_column``.
+        pred_shape, pred_probe, pred_ties_probe: the prediction's determinism facts
+            (:func:`polysql_ray.comparison.shape.analyze_prediction`) and its two probes on the
+            target engine; a prediction whose verdict could differ in another run on the same
+            data flags ``nondeterministic_pred`` (:func:`pred_nondeterministic`). An
+            ``unavailable`` prediction probe makes the item ``unavailable`` (rescored).
     """
-    for side, res in (("gold", gold), ("probe", probe), ("probe", ties_probe), ("pred", pred)):
+    pred_probes = (("pred", pred_probe), ("pred", pred_ties_probe)) \
+        if (pred is not None and pred.status is ExecStatus.OK) else ()  # used only then
+    for side, res in (("gold", gold), ("probe", probe), ("probe", ties_probe), ("pred", pred), *pred_probes):
         if res is not None and res.status is ExecStatus.UNAVAILABLE:
             # infrastructure (server down, replica missing), never the model's failure:
             # stored apart and rescored by the next run
@@ -196,17 +211,79 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
     if pred.status is not ExecStatus.OK:
         return Verdict("fail", f"pred_{pred.status.value}")
     probe_table = probe.table if (probe is not None and probe.ok) else None
-    cmp: Comparison = compare(gold.table, pred.table, shape, policy, probe_table)
+    try:
+        cmp: Comparison = compare(gold.table, pred.table, shape, policy, probe_table)
+    except Exception as exc:  # noqa: BLE001 - one item's values never abort a sweep
+        return scoring_error(exc, shape.flags)
     flags = list(cmp.flags)
     if "null_order" in flags and _same_null_order(pair):
         flags.remove("null_order")  # both engines place NULLs alike: not a dialect ambiguity
     if pair is not None:
         flags += semantic_flags(pair)
+    try:
+        if pred_nondeterministic(cmp, gold.table, pred.table, shape, policy, probe_table, pred_shape,
+                                 pred_probe, pred_ties_probe, pair):
+            flags.append("nondeterministic_pred")
+    except Exception as exc:  # noqa: BLE001 - one item's values never abort a sweep
+        return scoring_error(exc, tuple(flags))
     flags = tuple(dict.fromkeys(flags))
     if cmp.reason in INCONCLUSIVE_REASONS:
         return Verdict("inconclusive", cmp.reason, "observed", flags, cmp.diff)
     return _apply_policy(Verdict("pass" if cmp.match else "fail", cmp.reason, "observed", flags, cmp.diff),
                          policy)
+
+
+def pred_nondeterministic(cmp: Comparison, gold: pa.Table, pred: pa.Table, shape: GoldShape,
+                          policy: ComparisonPolicy, probe: pa.Table | None, pred_shape: PredShape | None,
+                          pred_probe: ExecutionResult | None, pred_ties_probe: ExecutionResult | None,
+                          pair: Pair | None) -> bool:
+    """True when the prediction's verdict could differ in another run on the same data (flag
+    ``nondeterministic_pred``, ``inconclusive`` under the default policy), the prediction-side
+    counterpart of ``nondeterministic_gold``:
+
+    * its text is nondeterministic whatever the data (random/uuid, LIMIT without ORDER BY below
+      the top level: ``PredShape.static``);
+    * a nested ORDER BY ... LIMIT cut falls in a tie on the data, or cannot be probed; or an
+      ungrouped output column holds several values in a group on an engine that returns any
+      row's value (``Semantics.arbitrary_ungrouped``: MariaDB) - Spider q573/q574 predictions;
+    * its own top-level LIMIT cut falls in a tie and some other choice of the tied rows
+      (:func:`~polysql_ray.comparison.result_set.cut_choices`, from the cut probe) would be
+      judged otherwise than the observed result (``match`` differs), or the choices cannot all
+      be checked. A tie whose every choice gets the observed verdict (the same tied rows as the
+      gold's, every choice failing, rows alike) is decided as observed: the same every run.
+    """
+    from polysql_ray.engines.registry import SEMANTICS
+
+    if pred_shape is None:
+        return False
+    if pred_shape.static:
+        return True
+    if pred_shape.ties_probe_sql is not None:
+        found = nested_ties(pred_ties_probe.table if (pred_ties_probe is not None and pred_ties_probe.ok) else None,
+                            pred_shape.nested_cuts)
+        if "nondeterministic_gold" in found:
+            return True
+        sem = SEMANTICS.get(pair.pred_engine) if pair is not None else None
+        if "ungrouped_column" in found and sem is not None and sem.arbitrary_ungrouped:
+            return True
+    if pred_shape.cut_probe_sql is not None and pred_shape.limit is not None:
+        table = pred_probe.table if (pred_probe is not None and pred_probe.ok) else None
+        alts = cut_choices(pred, table, pred_shape.limit, pred_shape.cut_keys, policy)
+        if alts == "unknown":
+            return True
+        if alts:
+            return any(compare(gold, alt, shape, policy, probe).match != cmp.match for alt in alts)
+    return False
+
+
+def scoring_error(exc: BaseException, flags: tuple[str, ...] = ()) -> Verdict:
+    """The verdict of an item whose scoring raised ``exc`` (a value or shape the comparison
+    cannot handle): ``inconclusive`` with reason ``compare_error`` and the exception as
+    ``detail``. Used by :func:`decide` and by the scoring task for any other per-item failure,
+    so one item never aborts its batch (as execution isolates a statement that kills its
+    engine)."""
+    return Verdict("inconclusive", "compare_error", "observed", tuple(flags),
+                   detail=f"{type(exc).__name__}: {exc}"[:2000])
 
 
 def _apply_policy(v: Verdict, policy: ComparisonPolicy) -> Verdict:

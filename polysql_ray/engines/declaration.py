@@ -65,12 +65,19 @@ class Semantics:
             and DuckDB put NULLs last.
         ci_equals: ``=`` on strings ignores case under the default collation (MySQL/MariaDB).
         ci_like: ``LIKE`` ignores (ASCII) case (SQLite, MySQL; not PostgreSQL, DuckDB).
+        arbitrary_ungrouped: a selected column that is neither grouped nor aggregated takes its
+            value from any row of the group, and which row may change between runs (MariaDB
+            without ONLY_FULL_GROUP_BY, "SELECT ... GROUP BY": "the server is free to choose any
+            value from each group"); SQLite (the min()/max() row, else the last row scanned),
+            PostgreSQL, DuckDB and ClickHouse refuse or define it. Used by the prediction-side
+            determinism check (``comparison/verdict.py``).
     """
 
     integer_division: bool
     nulls_first_asc: bool
     ci_equals: bool
     ci_like: bool
+    arbitrary_ungrouped: bool = False
 
 
 @dataclass(frozen=True)

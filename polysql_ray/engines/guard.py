@@ -59,6 +59,14 @@ EXECUTABLE_COMMENT: dict[str, re.Pattern] = {
 }
 
 
+#: Deepest parenthesis nesting accepted. Deeper SQL is refused (``rejected``) before any parser
+#: sees it: the engines' own parsers stop far below (SQLite: "parser stack overflow" near 100
+#: levels; SQLITE_MAX_EXPR_DEPTH 1000) and Python-side analysis (sqlglot, the structural check,
+#: the gold shape) recurses once per level, so one verdict path for every engine, the sweep and
+#: ``score_sql`` alike, instead of a ``RecursionError``.
+MAX_NESTING = 200
+
+
 @dataclass(frozen=True)
 class GuardVerdict:
     """Outcome of :func:`check_statement`.
@@ -101,6 +109,10 @@ def check_statement(sql: str | None, dialect: str) -> GuardVerdict:
     statements = [s for s in statements if s]
     if not statements:
         return GuardVerdict("empty", "no SQL to run (only comments/semicolons)")
+    depth = nesting_depth(tokens)
+    if depth > MAX_NESTING:
+        return GuardVerdict("reject", f"parentheses nested {depth} levels deep; at most {MAX_NESTING} "
+                                      f"are accepted", len(statements))
     if len(statements) > 1:
         return GuardVerdict("reject", f"{len(statements)} statements; exactly one SELECT/WITH "
                                       f"statement is allowed", len(statements))
@@ -120,6 +132,32 @@ def check_statement(sql: str | None, dialect: str) -> GuardVerdict:
                                      f"deferred to engine", 1)
     return GuardVerdict("reject", f"statement starts with {first.text!r}; only SELECT/WITH "
                                   f"statements are allowed", 1)
+
+
+def nesting_depth(tokens) -> int:
+    """Deepest parenthesis nesting of a token list (sqlglot tokens; no recursion, linear)."""
+    depth = deepest = 0
+    for tok in tokens:
+        if tok.token_type == TokenType.L_PAREN:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif tok.token_type == TokenType.R_PAREN:
+            depth -= 1
+    return deepest
+
+
+def sql_too_deep(sql: str | None, dialect: str) -> str | None:
+    """Why ``sql`` is too deeply nested to analyse (:data:`MAX_NESTING`), else None; text the
+    tokenizer cannot read gives None (the engine reports it)."""
+    if not sql:
+        return None
+    try:
+        depth = nesting_depth(Dialect.get_or_raise(dialect).tokenize(sql))
+    except Exception:  # noqa: BLE001 - unreadable text: the engine decides
+        return None
+    if depth > MAX_NESTING:
+        return f"parentheses nested {depth} levels deep; at most {MAX_NESTING} are accepted"
+    return None
 
 
 def malformed_text(sql: str) -> str | None:

@@ -263,7 +263,8 @@ class MySQLEngine(ServerEngine):
     settings = {}
     # MySQL 8.0 reference 11.2.3: columns case-insensitive; table names per lower_case_table_names
     identifiers = IdentifierRules(fold=None, tables_ci=None, columns_ci=True, quote="`")
-    semantics = Semantics(integer_division=False, nulls_first_asc=True, ci_equals=True, ci_like=True)
+    semantics = Semantics(integer_division=False, nulls_first_asc=True, ci_equals=True, ci_like=True,
+                          arbitrary_ungrouped=True)
     # nothing proven across it: case- and accent-insensitive collations change =, GROUP BY, DISTINCT
     structural = StructuralFacts(identifiers=StructuralIdentifiers(False, False, False, "exact"),
                                  numeric_plus=True)

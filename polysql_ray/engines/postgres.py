@@ -146,6 +146,36 @@ def _connect_kwargs(settings: ServerSettings, admin: bool = False,
     return kw
 
 
+def keep_special_values(conn) -> None:
+    """Make ``conn`` hand over dates and timestamps Python cannot hold as their PostgreSQL text.
+
+    psycopg raises ``DataError`` ("date too large (after year 10K)") while fetching
+    ``'infinity'::date``, ``-infinity`` timestamps, year 10000+ and BC values (psycopg docs,
+    "Dates and times adaptation"); such a value is an ordinary engine value, not a failed
+    statement. The loaders registered here return the server's text for exactly those values
+    (``infinity``, ``10000-01-01``, ``0044-03-15 BC``), which
+    :func:`polysql_ray.engines.servers.rows_to_arrow` keeps as a string column and the comparison
+    reads as ISO text (``comparison/normalize.py``, special values)."""
+    from psycopg.types import datetime as pgdt
+
+    for name, base in (("date", pgdt.DateLoader), ("timestamp", pgdt.TimestampLoader),
+                       ("timestamptz", pgdt.TimestamptzLoader)):
+        conn.adapters.register_loader(name, _text_on_overflow(base))
+
+
+def _text_on_overflow(base):
+    import psycopg
+
+    class Loader(base):  # type: ignore[misc, valid-type]
+        def load(self, data):
+            try:
+                return super().load(data)
+            except psycopg.DataError:
+                return bytes(data).decode("ascii", "replace")
+    Loader.__name__ = f"Special{base.__name__}"
+    return Loader
+
+
 def split_location(location: str, default_database: str) -> tuple[str, str]:
     """``<database>/<schema>`` or ``<schema>`` (in ``default_database``) -> ``(database, schema)``."""
     db, sep, schema = location.partition("/")
@@ -246,6 +276,7 @@ class PostgresEngine(ServerEngine):
     def _open(self, dbname: str | None = None):
         conn = connect(self.settings, dbname=dbname)
         conn.prepare_threshold = None  # no server-side prepared statements: DISCARD ALL drops them
+        keep_special_values(conn)
         return conn
 
     def __repr__(self) -> str:

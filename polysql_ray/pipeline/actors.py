@@ -128,8 +128,9 @@ def score_batch(items: list[dict], result_refs: list, policy) -> pa.Table:
 
     Args:
         items: row metadata per prediction: every SCORE_SCHEMA field known before execution,
-            plus ``_gold``/``_probe``/``_ties_probe``/``_pred`` (indices into ``result_refs`` or None),
-            ``_shape`` (GoldShape of the gold SQL that ran), ``_gen_status``/``_gold_error``,
+            plus ``_gold``/``_probe``/``_ties_probe``/``_pred``/``_pred_probe``/``_pred_ties_probe``
+            (indices into ``result_refs`` or None), ``_shape`` (GoldShape of the gold SQL that
+            ran), ``_pred_shape`` (PredShape of the prediction), ``_gen_status``/``_gold_error``,
             ``_gold_dialect`` and ``_structural``.
         result_refs: ObjectRefs of ExecutionResults (nested, so fetched here, once each).
         policy: the run's :class:`ComparisonPolicy` object (built once by the driver).
@@ -137,47 +138,65 @@ def score_batch(items: list[dict], result_refs: list, policy) -> pa.Table:
     The results arrive with the run's limits already applied (:meth:`ExecutionActor._execute_one`
     enforces ``max_bytes`` on every result it returns), so they are not checked again here.
 
-    Returns: an Arrow table with SCORE_SCHEMA, one row per item, same order.
+    Returns: an Arrow table with SCORE_SCHEMA, one row per item, same order. An item whose
+    scoring raises is stored ``inconclusive`` with reason ``compare_error`` and the exception in
+    ``pred_error`` (:func:`polysql_ray.comparison.verdict.scoring_error`); the batch goes on.
     """
-    from polysql_ray.comparison.prepare import executed_sql
-    from polysql_ray.comparison.verdict import Pair, decide, rows_of
-    from polysql_ray.engines.registry import default_dialect
-
     results = ray.get(list(result_refs)) if result_refs else []
     now = dt.datetime.now(dt.timezone.utc)
     rows = []
     for it in items:
-        gold = results[it["_gold"]] if it["_gold"] is not None else None
-        probe = results[it["_probe"]] if it["_probe"] is not None else None
-        pred = results[it["_pred"]] if it["_pred"] is not None else None
-        ties = results[it["_ties_probe"]] if it.get("_ties_probe") is not None else None
-        t0 = time.perf_counter()
-        structural = it["_structural"]
+        try:
+            rows.append(_score_row(it, results, policy, now))
+        except Exception as exc:  # noqa: BLE001 - one item never aborts the batch (or the sweep)
+            rows.append(_score_row(it, results, policy, now, error=exc))
+    return pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)
+
+
+def _score_row(it: dict, results: list, policy, now: dt.datetime, error: BaseException | None = None) -> dict:
+    """The SCORE_SCHEMA row of one item (:func:`score_batch`); with ``error``, the row of an item
+    whose scoring raised it (the verdict :func:`~polysql_ray.comparison.verdict.scoring_error`)."""
+    from polysql_ray.comparison.prepare import executed_sql
+    from polysql_ray.comparison.verdict import Pair, decide, rows_of, scoring_error
+    from polysql_ray.engines.registry import default_dialect
+
+    gold = results[it["_gold"]] if it["_gold"] is not None else None
+    probe = results[it["_probe"]] if it["_probe"] is not None else None
+    pred = results[it["_pred"]] if it["_pred"] is not None else None
+    ties = results[it["_ties_probe"]] if it.get("_ties_probe") is not None else None
+    pred_probe = results[it["_pred_probe"]] if it.get("_pred_probe") is not None else None
+    pred_ties = results[it["_pred_ties_probe"]] if it.get("_pred_ties_probe") is not None else None
+    t0 = time.perf_counter()
+    structural = it["_structural"]
+    if error is None:
         gold_dialect = it.get("_gold_dialect") or default_dialect(it["source_engine"])
         pred_dialect = default_dialect(it["target_engine"])
         pair = Pair(executed_sql(it["gold_sql"], gold_dialect, policy),
                     executed_sql(it["pred_sql"] or "", pred_dialect, policy),
                     gold_dialect, pred_dialect, it["source_engine"], it["target_engine"])
         v = decide(it["_gen_status"], gold, probe, pred, it["_shape"], policy, None,  # limits: by the actor
-                   gold_error=it["_gold_error"], proven=structural == "equivalent", pair=pair, ties_probe=ties)
-        score_s = time.perf_counter() - t0
-        row = {k: v_ for k, v_ in it.items() if not k.startswith("_")}
-        row.update(
-            gold_status=(gold.status.value if gold is not None else "unavailable"),
-            gold_error=_nullable_str(it["_gold_error"] or (gold.error if gold is not None else None)),
-            pred_status=(pred.status.value if pred is not None
-                         else "skipped" if v.basis == "proven" else ExecStatus.EMPTY.value),
-            pred_error=_nullable_str(pred.error if pred is not None else None),
-            correct=v.correct, verdict=v.verdict, reason=v.reason, basis=v.basis,
-            flags=",".join(dict.fromkeys((*v.flags, *it.get("_flags", ())))), policy_version=policy.version,
-            structural=structural, trail=_trail(structural, pred, v),
-            gold_rows=rows_of(gold), pred_rows=rows_of(pred),
-            gold_exec_s=(gold.elapsed_s if gold is not None else 0.0),
-            pred_exec_s=(pred.elapsed_s if pred is not None else 0.0),
-            score_s=score_s, scored_at=now,
-        )
-        rows.append(row)
-    return pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)
+                   gold_error=it["_gold_error"], proven=structural == "equivalent", pair=pair, ties_probe=ties,
+                   pred_shape=it.get("_pred_shape"), pred_probe=pred_probe, pred_ties_probe=pred_ties)
+    else:
+        v = scoring_error(error)
+    score_s = time.perf_counter() - t0
+    row = {k: v_ for k, v_ in it.items() if not k.startswith("_")}
+    pred_error = pred.error if pred is not None else None
+    row.update(
+        gold_status=(gold.status.value if gold is not None else "unavailable"),
+        gold_error=_nullable_str(it["_gold_error"] or (gold.error if gold is not None else None)),
+        pred_status=(pred.status.value if pred is not None
+                     else "skipped" if v.basis == "proven" else ExecStatus.EMPTY.value),
+        pred_error=_nullable_str(pred_error or v.detail or None),
+        correct=v.correct, verdict=v.verdict, reason=v.reason, basis=v.basis,
+        flags=",".join(dict.fromkeys((*v.flags, *it.get("_flags", ())))), policy_version=policy.version,
+        structural=structural, trail=_trail(structural, pred, v),
+        gold_rows=rows_of(gold), pred_rows=rows_of(pred),
+        gold_exec_s=(gold.elapsed_s if gold is not None else 0.0),
+        pred_exec_s=(pred.elapsed_s if pred is not None else 0.0),
+        score_s=score_s, scored_at=now,
+    )
+    return row
 
 
 def _trail(structural: str, pred, verdict) -> str:

@@ -432,6 +432,7 @@ class Planner:
                 self._where[(ds, src.db_id, src.engine)] = src.location
         self._where.update(locations)
         self._gold_sql: dict[tuple[str, str], str] = {}
+        self._pred_shapes: dict[tuple[str, str], object] = {}
 
     def location(self, dataset: str, db_id: str, engine: str) -> str | None:
         """The database copy of ``db_id`` in ``engine`` (the source itself on its own engine)."""
@@ -461,8 +462,8 @@ class Planner:
             if (cell.dataset, ex.db_id, cell.target_engine) in self.failed:
                 self.left_out += 1
                 continue
-            gold = probe = pr = ties = None
-            shape = None
+            gold = probe = pr = ties = pred_probe = pred_ties = None
+            shape = pred_shape = None
             if ex.gold_error is None:
                 sk = (ex.gold_sql, ex.gold_dialect)
                 if sk not in shapes:
@@ -479,10 +480,28 @@ class Planner:
                 if pred.status is GenStatus.OK and pred.pred_sql.strip():
                     loc = self.location(ex.dataset, ex.db_id, cell.target_engine)
                     if loc is not None:
-                        pr = request(cell.target_engine, loc,
-                                     executed_sql(pred.pred_sql, pred_dialect, policy), ex.db_id)
-            items.append(WorkItem(keys[i], cell, ex, pred, gold, probe, pr, shape, ties_probe=ties))
+                        pred_sql = executed_sql(pred.pred_sql, pred_dialect, policy)
+                        pr = request(cell.target_engine, loc, pred_sql, ex.db_id)
+                        pred_shape = self.pred_shape(pred_sql, pred_dialect)
+                        if pred_shape.cut_probe_sql and not pred_shape.static:
+                            pred_probe = request(cell.target_engine, loc, pred_shape.cut_probe_sql, ex.db_id)
+                        if pred_shape.ties_probe_sql and not pred_shape.static:
+                            pred_ties = request(cell.target_engine, loc, pred_shape.ties_probe_sql, ex.db_id)
+            items.append(WorkItem(keys[i], cell, ex, pred, gold, probe, pr, shape, ties_probe=ties,
+                                  pred_shape=pred_shape, pred_probe=pred_probe, pred_ties_probe=pred_ties))
         return items, requests
+
+    def pred_shape(self, pred_sql: str, dialect: str):
+        """:func:`~polysql_ray.comparison.shape.analyze_prediction` of a prediction, once per
+        unique (SQL, dialect) of the run (models and instruction levels repeat SQL)."""
+        from polysql_ray.comparison.shape import analyze_prediction
+
+        key = (pred_sql, dialect)
+        if key not in self._pred_shapes:
+            if len(self._pred_shapes) >= 100_000:  # bounded: a sweep's distinct SQL can be large
+                self._pred_shapes.clear()
+            self._pred_shapes[key] = analyze_prediction(pred_sql, dialect)
+        return self._pred_shapes[key]
 
 
 class MalformedWarnings:

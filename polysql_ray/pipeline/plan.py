@@ -77,9 +77,13 @@ class WorkItem:
     structural: str = ""        # "" (not run) | "equivalent" | "unknown: <reason>"
     deps: tuple[str, ...] = field(default=())
     ties_probe: str | None = None  # nested ORDER BY ... LIMIT tie check of the gold (shape.py)
+    pred_shape: object = None      # PredShape of the prediction that runs (shape.py)
+    pred_probe: str | None = None  # the prediction's own LIMIT cut, widened (shape.PredShape)
+    pred_ties_probe: str | None = None  # nested cuts / ungrouped columns of the prediction
 
     def __post_init__(self) -> None:
-        self.deps = tuple(k for k in (self.gold, self.probe, self.ties_probe, self.pred) if k is not None)
+        self.deps = tuple(k for k in (self.gold, self.probe, self.ties_probe, self.pred, self.pred_probe,
+                                      self.pred_ties_probe) if k is not None)
 
     @property
     def proven(self) -> bool:

@@ -445,6 +445,8 @@ def _item_meta(it: WorkItem, index: dict[str, int], run_id: str, max_sql_chars: 
         "pred_sql": storable_sql(pred.pred_sql, max_sql_chars), "gen_status": GenStatus(pred.status).value,
         "_gold": index.get(it.gold), "_probe": index.get(it.probe), "_pred": index.get(it.pred),
         "_ties_probe": index.get(it.ties_probe),
+        "_pred_shape": it.pred_shape if it.pred is not None else None,
+        "_pred_probe": index.get(it.pred_probe), "_pred_ties_probe": index.get(it.pred_ties_probe),
         "_shape": it.shape, "_gen_status": GenStatus(pred.status).value, "_gold_error": ex.gold_error,
         "_gold_dialect": ex.gold_dialect,
         "_structural": it.structural, "_flags": tuple(ex.extra.get("flags", ())),

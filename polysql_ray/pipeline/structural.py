@@ -195,6 +195,6 @@ class StructuralJob:
             if it.structural == "equivalent":
                 proven += 1
                 if self.mode in ("prove", "auto"):
-                    it.pred = None
+                    it.pred = it.pred_probe = it.pred_ties_probe = None
                     it.deps = tuple(d for d in (it.gold, it.probe, it.ties_probe) if d is not None)
         return proven
