@@ -239,6 +239,14 @@ class BigQueryEngine(ServerEngine):
             return ExecutionResult.failure(classify_error(e), str(e), elapsed_s)
         return ExecutionResult.failure(S.UNAVAILABLE, f"{self.unreachable}: {e}", elapsed_s)
 
+    def ping(self) -> None:
+        """``SELECT 1`` as a job of a fresh client (its own HTTP session), closed after."""
+        client = make_client(self.settings)
+        try:
+            client.query("SELECT 1", job_retry=None).result(timeout=float(self.settings.get("health_probe_s", 10.0)))
+        finally:
+            client.close()
+
     def close(self) -> None:
         """Close the HTTP session."""
         if self._client is not None:

@@ -400,6 +400,16 @@ class MySQLEngine(ServerEngine):
         types = [fmap.get(d[1], pa.null()) for d in desc]
         return ExecutionResult(S.OK, rows_to_arrow(names, list(rows), types))
 
+    def ping(self) -> None:
+        """``SELECT 1`` on a fresh connection, closed after (health probe)."""
+        raw = connect_raw(self.settings)
+        try:
+            with raw.cursor() as cur:
+                cur.execute("SELECT 1")
+                cur.fetchone()
+        finally:
+            raw.close()
+
     def close(self) -> None:
         """Close pooled connections and the watchdog's control connection."""
         self.pool.close()

@@ -252,6 +252,14 @@ class SnowflakeEngine(ServerEngine):
             return ExecutionResult.failure(classify_error(e.errno, e.sqlstate, str(e)), str(e), elapsed_s)
         return ExecutionResult.failure(classify_error(e.errno, e.sqlstate, str(e)), f"[{e.errno}] {e}", elapsed_s)
 
+    def ping(self) -> None:
+        """``SELECT 1`` on a fresh session (never pooled), closed after (health probe)."""
+        conn = connect(self.settings, timeout_s=self._setting("health_probe_s", 10.0))
+        try:
+            conn.cursor().execute("SELECT 1").fetchone()
+        finally:
+            conn.close()
+
     def close(self) -> None:
         """Close pooled connections."""
         for pool in self._pools.values():
