@@ -80,6 +80,10 @@ def moto_server(wait_s: float = 60.0):
     return _serve([str(standin_executable("moto")), "-H", "127.0.0.1", "-p", str(port)], port, "moto", wait_s)
 
 
+#: port -> the stand-in process serving it (tests that freeze a stand-in: SIGSTOP/SIGCONT)
+PROCESSES: dict[int, subprocess.Popen] = {}
+
+
 @contextlib.contextmanager
 def _serve(argv: list[str], port: int, name: str, wait_s: float):
     import tempfile
@@ -88,6 +92,7 @@ def _serve(argv: list[str], port: int, name: str, wait_s: float):
     # nobody reads: a full pipe blocks the server's logging call and with it every request
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+    PROCESSES[port] = proc
     try:
         deadline = time.monotonic() + wait_s
         while True:
@@ -100,6 +105,7 @@ def _serve(argv: list[str], port: int, name: str, wait_s: float):
             time.sleep(0.2)
         yield "127.0.0.1", port
     finally:
+        PROCESSES.pop(port, None)
         proc.terminate()
         try:
             proc.wait(10)

@@ -75,7 +75,7 @@ class ChildEngine:
         self.dialect = self._cls.dialect
         self.settings = dict(settings or {})
         self._proc: subprocess.Popen | None = None
-        self._conn = None
+        self._dying: list[subprocess.Popen] = []  # killed children not yet reaped
         self.peak_rss_mb = 0.0
         self.kills = 0
 
@@ -118,8 +118,9 @@ class ChildEngine:
                     pass
         self._reader = self._writer = None
         if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            proc.kill()  # not waited for: a large child takes a while to give its memory back
+            self._dying.append(proc)
+        self._dying = [p for p in self._dying if p.poll() is None]  # reap the ones that ended
 
     @property
     def pid(self) -> int | None:
@@ -181,6 +182,9 @@ class ChildEngine:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self._kill()
+        for proc in self._dying:
+            proc.wait()
+        self._dying = []
 
 
 def _serve(down_fd: int, up_fd: int) -> None:
