@@ -5,7 +5,7 @@
 
 Runs every attack of ``tests/hostile_resource_cases.py`` at a ``--timeout`` second limit the way
 the execution actor runs it: embedded engines (sqlite, duckdb, clickhouse/chdb) in their child
-process (``polysql_ray/engines/child.py``: killed at ``timeout_s + min(timeout_s, 30)`` or past
+process (``polysql_ray/engines/child.py``: killed at ``timeout_s + min(timeout_s / 2, 30)`` or past
 ``limits.memory_mb``), server engines (postgres, mysql on the shared servers; read-only
 statements only, their own server-side timeouts and watchdogs). ``--in-process`` runs the
 embedded engines in this process instead (the behaviour before the child process; slow: some

@@ -2,7 +2,7 @@
 
 Every attack of ``hostile_resource_cases.py`` runs as the execution actor runs it: embedded
 engines (SQLite, DuckDB, ClickHouse/chdb) in their child process (``engines/child.py``: hard
-deadline at ``timeout_s + min(timeout_s, 30)``, memory ceiling ``limits.memory_mb``), server
+deadline at ``timeout_s + min(timeout_s / 2, 30)``, memory ceiling ``limits.memory_mb``), server
 engines on the shared PostgreSQL/MariaDB with their server-side timeouts and watchdogs. Each
 case asserts a typed, contained status (``timeout``/``too_large``, never a dead engine), and that
 the next prediction on the same engine still answers right. How long each took against its

@@ -227,6 +227,8 @@ class BigQueryEngine(ServerEngine):
             return call_with_deadline(dry_run_then_run, deadline, on_timeout=lambda: client.cancel_job(
                 job_id, location=client.location, timeout=5))
         except (DeadlineExceeded, concurrent.futures.TimeoutError) as e:
+            if self._client is client:  # a fresh client (HTTP session) for the next statement; the
+                self._client = None     # abandoned call still holds the old one, left unclosed
             return ExecutionResult.failure(
                 S.TIMEOUT, f"client gave up after {time.perf_counter() - t0:.1f}s and cancelled job {job_id} "
                 f"(job_timeout_ms={int(limits.timeout_s * 1000)} not enforced by the server; {e})")

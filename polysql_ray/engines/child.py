@@ -10,9 +10,10 @@ stopped, so the execution actor runs its engine in a child process (:class:`Chil
 * the child (``python -m polysql_ray.engines.child``) builds the engine from its name and
   settings and answers one request at a time over a pipe (``multiprocessing.connection``);
   results travel as :class:`~polysql_ray.engines.base.ExecutionResult` (Arrow IPC, exact);
-* the parent waits at most ``timeout_s + kill_after_s`` (``kill_after_s`` defaults to
-  ``min(timeout_s, 30)``: the statement ends within 2x its limit) and kills the child when no
-  answer came: ``timeout``, the statement's own;
+* the parent waits at most ``timeout_s + kill_after(limits)`` (``min(timeout_s / 2, 30)``:
+  half the limit is left for the kill itself and a loaded machine's scheduling, so the
+  statement ends within 2x its limit) and kills the child when no answer came: ``timeout``,
+  the statement's own;
 * while waiting it reads the child's resident set (``/proc/<pid>/statm``) every
   :data:`POLL_S` seconds; past ``limits.memory_mb`` it kills the child: ``too_large``, the
   statement's own, never a dead actor;
@@ -42,7 +43,7 @@ START_S = 120.0
 
 def kill_after(limits: Limits) -> float:
     """Seconds past ``limits.timeout_s`` after which the child is killed."""
-    return min(limits.timeout_s, MAX_KILL_AFTER_S)
+    return min(limits.timeout_s / 2, MAX_KILL_AFTER_S)
 
 
 def resident_mb(pid: int) -> float:

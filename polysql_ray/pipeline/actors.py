@@ -36,7 +36,7 @@ class ExecutionActor:
 
     Child process: an embedded engine (``child_process`` in its declaration) runs in a child
     process of the actor (:class:`polysql_ray.engines.child.ChildEngine`), stopped at
-    ``timeout_s + min(timeout_s, 30)`` (``timeout``) or past ``limits.memory_mb`` of resident
+    ``timeout_s + min(timeout_s / 2, 30)`` (``timeout``) or past ``limits.memory_mb`` of resident
     memory (``too_large``): a statement its engine cannot interrupt never outlives its limit
     by more than 2x, and never kills the actor. ``settings["child_process"] = False`` keeps it
     in the actor's own process.
