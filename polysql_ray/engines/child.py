@@ -91,7 +91,9 @@ class ChildEngine:
 
         up_r, up_w = os.pipe()      # child -> parent
         down_r, down_w = os.pipe()  # parent -> child
-        env = dict(os.environ)
+        env = dict(os.environ)  # the parent's import path, so the child finds polysql_ray as the
+        # actor did (a Ray working_dir, a test's PYTHONPATH)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "polysql_ray.engines.child", str(down_r), str(up_w)],
             pass_fds=(down_r, up_w), stdin=subprocess.DEVNULL, env=env, close_fds=True)
