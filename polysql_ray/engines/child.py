@@ -135,14 +135,22 @@ class ChildEngine:
         """Run in the child; TIMEOUT past ``timeout_s + kill_after``, TOO_LARGE past
         ``limits.memory_mb`` of resident memory, RUNTIME when the child died by itself."""
         t0 = time.perf_counter()
-        if self._proc is None or self._proc.poll() is not None:
-            self._kill()
+        for attempt in range(2):  # a child that died between two statements is replaced once
+            if self._proc is None or self._proc.poll() is not None:
+                self._kill()
+                try:
+                    self._start()
+                except (OSError, RuntimeError, EOFError) as e:
+                    return ExecutionResult.failure(ExecStatus.UNAVAILABLE, str(e), time.perf_counter() - t0)
             try:
-                self._start()
-            except (OSError, RuntimeError, EOFError) as e:
-                return ExecutionResult.failure(ExecStatus.UNAVAILABLE, str(e), time.perf_counter() - t0)
+                self._writer.send((location, sql, limits))
+                break
+            except OSError:
+                self._kill()
+                if attempt:
+                    return ExecutionResult.failure(ExecStatus.UNAVAILABLE, f"the {self.name} engine "
+                                                   "process does not take requests", time.perf_counter() - t0)
         t0 = time.perf_counter()
-        self._writer.send((location, sql, limits))
         hard = limits.timeout_s + kill_after(limits)
         ceiling = float(limits.memory_mb)
         pid = self._proc.pid
