@@ -151,7 +151,8 @@ def main() -> None:
             print("Spider dev gold, SQLite source, tables qualified with 'main':")
             run_counts(ex, targets, rdir)
         if a.spiderman:
-            from polysql_ray.datasets.spiderman import install_source, source_name
+            from polysql_ray.datasets.spiderman import source_name
+            from polysql_ray.replication.spiderman_source import install_source
 
             root = DATA / "spiderman"
             rows = list(csv.DictReader(open(root / "test_queries.csv", newline="")))

@@ -17,7 +17,7 @@ prints two statuses per engine:
   stand-in and its replica are then started afresh for the next case.
 
 Then it lists, per stand-in, the attack classes it does not enforce alone. Needs the Spider data
-and the stand-in venvs (``.venv-fakesnow``, ``.venv-bqemulator``; see ``tests/standins.py``).
+and the stand-in venvs (built on first use; see ``tests/standins.py``).
 """
 from __future__ import annotations
 

@@ -21,6 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
 
+#: The values of ``pipeline.structural_check`` (what each means: :mod:`polysql_ray.pipeline.structural`).
+STRUCTURAL_MODES = ("auto", "off", "prove", "verify")
+
 if not OmegaConf.has_resolver("repo_root"):
     OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT))
 
@@ -128,8 +131,7 @@ def validate(cfg: dict) -> None:
     numbers where numbers belong). Raises ``ConfigError`` (a ValueError).
     """
     from polysql_ray.engines.base import Limits
-    from polysql_ray.pipeline.driver import ConfigError
-    from polysql_ray.pipeline.structural import MODES
+    from polysql_ray.errors import ConfigError
 
     try:
         Limits(**(cfg.get("limits") or {}))
@@ -138,8 +140,8 @@ def validate(cfg: dict) -> None:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     mode = str((cfg.get("pipeline") or {}).get("structural_check", "auto"))
-    if mode not in MODES:
-        raise ConfigError(f"pipeline.structural_check={mode!r} is not one of {list(MODES)}")
+    if mode not in STRUCTURAL_MODES:
+        raise ConfigError(f"pipeline.structural_check={mode!r} is not one of {list(STRUCTURAL_MODES)}")
     for engine, ecfg in (cfg.get("engines") or {}).items():
         for key in ("password", "admin_password"):
             if isinstance(ecfg, dict) and key in ecfg:

@@ -11,6 +11,16 @@ USER_ERRORS = ("ConfigError", "DatasetError", "GeneratorConfigError", "Replicati
 #: declared by each engine class as ``server_start`` (``engines/<name>.py``).
 SERVER_START = DeclaredTable(lambda cls: cls.server_start)
 
+
+
+class ConfigError(ValueError):
+    """The composed configuration cannot be run; the message names the key to fix."""
+
+
+class ReplicationError(RuntimeError):
+    """A copy could not be made or did not verify. The message says which table/column."""
+
+
 _UNREACHABLE = ("connection refused", "can't connect", "could not connect", "is the server running",
                 "timeout expired", "connection timed out", "no route to host")
 
@@ -21,6 +31,14 @@ def server_hint(engine: str, message: str) -> str:
         return (f" (is the {engine} server running? check engines.{engine}.host/port; "
                 f"start it with: {SERVER_START[engine]})")
     return ""
+
+
+def root_message(exc: BaseException) -> str:
+    """The engine's own message of ``exc`` (its ``cause`` when it has one, as a Ray task error
+    does) on one line, at most 600 characters (every line kept: the first names host and port)."""
+    cause = getattr(exc, "cause", None)
+    lines = [ln.strip() for ln in str(cause if cause is not None else exc).strip().splitlines() if ln.strip()]
+    return " ".join(lines)[:600]
 
 
 def user_error_message(exc: BaseException) -> str | None:

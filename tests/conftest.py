@@ -36,3 +36,18 @@ def _drop_server_replicas_made_by_tests(tmp_path_factory):
                 get_writer(m.target_engine).drop(m.location)
         except Exception:  # noqa: BLE001 - best-effort cleanup (server may be down)
             pass
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per distinct skip reason, with its count, so a reader sees what the run did not
+    test and how to get it (pytest -q alone prints only "N skipped")."""
+    reasons: dict[str, int] = {}
+    for rep in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(rep, "longrepr", None)
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    if reasons:
+        terminalreporter.write_sep("-", f"skipped {sum(reasons.values())}: what was not tested, and why")
+        for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"{n:5d}  {reason}")

@@ -1,21 +1,29 @@
-"""Stand-in servers for warehouse engines, each in its own virtual environment (not a conftest).
+"""Stand-in servers for warehouse engines and object storage, each in its own virtual environment.
 
 fakesnow (Snowflake stand-in) pins an older sqlglot than this project, so it lives in its own
-venv, ``<repo>/.venv-fakesnow`` (``.ci/run`` creates it; ``POLYSQL_FAKESNOW_VENV`` overrides),
-and runs as a loopback HTTP server process started here. bqemulator (BigQuery stand-in) lives
-in ``<repo>/.venv-bqemulator`` (``POLYSQL_BQEMULATOR_VENV``); it insists on downloading DuckDB's
-spatial extension at start (no network here), so :data:`BQEMULATOR_LAUNCH` starts it with that
-step replaced by a no-op (GEOGRAPHY is then unavailable; no benchmark uses it). Without the venv the calling tests
-skip with the command that creates it, or fail when ``POLYSQL_REQUIRE_STANDINS=1`` (CI).
-moto (an S3-protocol server, stand-in for object storage under the results store) lives in
-``<repo>/.venv-moto`` (``POLYSQL_MOTO_VENV``) and runs as ``moto_server`` on loopback.
+venv and runs as a loopback HTTP server process started here. bqemulator (BigQuery stand-in)
+insists on downloading DuckDB's spatial extension at start (no network here), so
+:data:`BQEMULATOR_LAUNCH` starts it with that step replaced by a no-op (GEOGRAPHY is then
+unavailable; no benchmark uses it). moto is an S3-protocol server (stand-in for object storage
+under the results store), run as ``moto_server`` on loopback.
+
+Where the venvs live: ``POLYSQL_<NAME>_VENV`` when set, else a cache shared by every checkout of
+this machine, ``${XDG_CACHE_HOME:-~/.cache}/polysql_ray/standins/<name>-<hash of its pins>``. The
+first test that needs a stand-in builds its venv there with pip (about a minute each; a file
+lock makes concurrent pytest runs build it once), so the README's test command needs no set-up
+step of its own. Where pip cannot install it (no package index), the calling tests skip with one
+line naming the command that builds it, or fail when ``POLYSQL_REQUIRE_STANDINS=1`` (CI).
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import os
+import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,16 +31,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: stand-in name -> (venv env var, default venv folder, console script, creation command)
+#: stand-in name -> (venv env var, pip requirements, console script in the venv's bin/)
 STANDINS = {
-    "fakesnow": ("POLYSQL_FAKESNOW_VENV", REPO / ".venv-fakesnow", "fakesnow",
-                 "python3 -m venv .venv-fakesnow && .venv-fakesnow/bin/pip install "
-                 "'fakesnow[server]==0.12.*' 'snowflake-connector-python==4.8.*'"),
-    "bqemulator": ("POLYSQL_BQEMULATOR_VENV", REPO / ".venv-bqemulator", "python",
-                   "python3 -m venv .venv-bqemulator && .venv-bqemulator/bin/pip install 'bqemulator==1.4.*' numpy"),
-    "moto": ("POLYSQL_MOTO_VENV", REPO / ".venv-moto", "moto_server",
-             "python3 -m venv .venv-moto && .venv-moto/bin/pip install 'moto[s3]==5.2.*' flask flask-cors"),
+    "fakesnow": ("POLYSQL_FAKESNOW_VENV", ("fakesnow[server]==0.12.*", "snowflake-connector-python==4.8.*"),
+                 "fakesnow"),
+    "bqemulator": ("POLYSQL_BQEMULATOR_VENV", ("bqemulator==1.4.*", "numpy"), "python"),
+    "moto": ("POLYSQL_MOTO_VENV", ("moto[s3]==5.2.*", "flask", "flask-cors"), "moto_server"),
 }
+
+#: the shared cache of stand-in venvs (one per stand-in and set of pins)
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "polysql_ray" / "standins"
 
 #: Python run by the bqemulator venv: skip the spatial-extension download, then the CLI.
 BQEMULATOR_LAUNCH = ("import sys; import bqemulator.storage.engine as e; "
@@ -40,12 +48,61 @@ BQEMULATOR_LAUNCH = ("import sys; import bqemulator.storage.engine as e; "
                      "from bqemulator.cli import main; sys.argv[0] = 'bqemulator'; sys.exit(main())")
 
 
+def standin_venv(name: str) -> Path:
+    """The folder of stand-in ``name``'s venv: ``$POLYSQL_<NAME>_VENV``, else its cache folder."""
+    env, reqs, _ = STANDINS[name]
+    if os.environ.get(env):
+        return Path(os.environ[env])
+    pins = hashlib.sha256("\n".join(reqs).encode()).hexdigest()[:12]
+    return CACHE / f"{name}-{pins}"
+
+
+def build_command(name: str) -> str:
+    """The shell command that builds stand-in ``name``'s venv (printed in skip messages)."""
+    _, reqs, _ = STANDINS[name]
+    venv = standin_venv(name)
+    return f"python3 -m venv {venv} && {venv}/bin/pip install " + " ".join(f"'{r}'" for r in reqs)
+
+
+#: written last into a cache venv: a build killed half-way never looks complete
+COMPLETE = ".polysql-complete"
+
+
+def _build(name: str, venv: Path) -> str | None:
+    """Build ``venv`` for stand-in ``name`` under a file lock; returns an error text or None."""
+    _, reqs, _ = STANDINS[name]
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)          # a concurrent run builds it once; the other waits
+        if (venv / COMPLETE).exists():
+            return None
+        shutil.rmtree(venv, ignore_errors=True)   # a half-built one
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+            subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *reqs], check=True,
+                           capture_output=True, text=True)
+        except subprocess.CalledProcessError as e:
+            shutil.rmtree(venv, ignore_errors=True)
+            return ((e.stderr or "").strip().splitlines()[-1:] or [str(e)])[0]
+        (venv / COMPLETE).write_text("\n".join(reqs) + "\n")
+    return None
+
+
 def standin_executable(name: str) -> Path:
-    """The stand-in's console script; skips (or fails under POLYSQL_REQUIRE_STANDINS=1)."""
-    env, default, script, how = STANDINS[name]
-    exe = Path(os.environ.get(env, default)) / "bin" / script
-    if not exe.exists():
-        msg = f"{name} stand-in not installed at {exe}; create it with: {how}"
+    """The stand-in's console script, its venv built on first use (see the module docstring).
+
+    Skips with one line when it cannot be built (or fails under ``POLYSQL_REQUIRE_STANDINS=1``)."""
+    env, _, script = STANDINS[name]
+    venv = standin_venv(name)
+    exe = venv / "bin" / script
+    err = None
+    if os.environ.get(env):
+        if not exe.exists():
+            err = f"{env} points to {venv}, which has no {script}"
+    elif not (venv / COMPLETE).exists():
+        err = _build(name, venv)
+    if err is not None or not exe.exists():
+        msg = f"{name} stand-in not available ({err}); build it with: {build_command(name)}"
         if os.environ.get("POLYSQL_REQUIRE_STANDINS") == "1":
             pytest.fail(msg + " (POLYSQL_REQUIRE_STANDINS=1)", pytrace=False)
         pytest.skip(msg)

@@ -82,7 +82,7 @@ def test_loader_registered():
 @needs_data
 @pytest.mark.skipif(not server_reachable("127.0.0.1", 3306), reason="MariaDB not running")
 def test_group_by_strictness_verifier():
-    from polysql_ray.datasets.spiderman import install_source
+    from polysql_ray.replication.spiderman_source import install_source
     from polysql_ray.statistics.fidelity import group_by_strictness
 
     install_source(SPIDERMAN, "concert_singer")

@@ -1,4 +1,4 @@
-"""The run's own local Ray cluster (driver.init_ray): which head processes it starts.
+"""The run's own local Ray cluster (cluster.init_ray): which head processes it starts.
 
 Each case starts a fresh local cluster in a child interpreter (init_ray refuses to start a second
 one in a process that already has Ray, e.g. the session fixture's) and lists the command lines of
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
 import json, os, sys
-from polysql_ray.pipeline.driver import init_ray
+from polysql_ray.pipeline.cluster import init_ray
 import ray
 
 init_ray({"ray": {"address": None, "include_dashboard": False, **json.loads(sys.argv[1])}})

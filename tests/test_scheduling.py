@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from polysql_ray.pipeline.driver import ConfigError, _check_fits
+from polysql_ray.errors import ConfigError
+from polysql_ray.pipeline.cluster import check_fits
 
 
 def _cfg(resources: dict) -> dict:
@@ -14,7 +15,7 @@ def _cfg(resources: dict) -> dict:
 
 def test_custom_resource_no_node_has_is_refused(ray_session):
     with pytest.raises(ConfigError, match=r"engines\.sqlite\.resources asks for 1 of custom resource 'near_pg'"):
-        _check_fits(_cfg({"near_pg": 1}), ["sqlite"])
+        check_fits(_cfg({"near_pg": 1}), ["sqlite"])
 
 
 def test_custom_resource_pins_the_execution_actor(ray_session, tmp_path):
@@ -22,7 +23,7 @@ def test_custom_resource_pins_the_execution_actor(ray_session, tmp_path):
 
     from polysql_ray.pipeline.actors import ExecutionActor
 
-    _check_fits(_cfg({"polysql_test_node": 1}), ["sqlite"])  # the node has it: no error
+    check_fits(_cfg({"polysql_test_node": 1}), ["sqlite"])  # the node has it: no error
     actor = ray.remote(ExecutionActor).options(num_cpus=0.5, resources={"polysql_test_node": 1}).remote(
         "sqlite", {}, {"timeout_s": 5})
     ray.get(actor.ping.remote(), timeout=60)

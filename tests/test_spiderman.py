@@ -14,6 +14,7 @@ require_data(SPIDERMAN / "test_queries.csv")
 register_server_replication()
 
 from polysql_ray.datasets import spiderman as sm  # noqa: E402
+from polysql_ray.replication.spiderman_source import install_sources  # noqa: E402
 from polysql_ray.engines.base import Limits  # noqa: E402
 from polysql_ray.engines.mysql import MySQLEngine  # noqa: E402
 from polysql_ray.replication.base import get_reader, get_writer, replicate  # noqa: E402
@@ -23,8 +24,8 @@ DBS = ["concert_singer", "wta_1", "pets_1"]
 
 @pytest.fixture(scope="module")
 def installed():
-    sm.install_sources(SPIDERMAN, db_ids=DBS)
-    return sm.install_sources(SPIDERMAN, db_ids=DBS)
+    install_sources(SPIDERMAN, db_ids=DBS)
+    return install_sources(SPIDERMAN, db_ids=DBS)
 
 
 def test_install_is_idempotent(installed):

@@ -5,10 +5,10 @@ tables qualified as ```db_id`.`table```), ``databases/<db_id>/data/<table>.csv``
 of column names; the unquoted literal ``NULL`` is SQL NULL) and ``test_queries.csv``
 (``database,question,sql``) in Spider ``dev.json`` order.
 
-* :func:`install_source` loads one database into MariaDB/MySQL as a *source* database named
-  ``pq_src_spiderman_<db_id>`` (``servers.replica_name("src_spiderman", db_id)``; the ``pq_``
-  prefix lets the reader role read it; ``src_`` keeps it apart from a MySQL *replica* of the
-  same dataset). Idempotent: the database comment records the sha256 of the input files
+* ``replication.spiderman_source.install_source`` loads one database into MariaDB/MySQL as a
+  *source* database named ``pq_src_spiderman_<db_id>`` (``servers.replica_name("src_spiderman",
+  db_id)``; the ``pq_`` prefix lets the reader role read it; ``src_`` keeps it apart from a
+  MySQL *replica* of the same dataset). Idempotent: the database comment records the sha256 of the input files
   and the content fingerprint after loading; both must match for reuse, else it is rebuilt.
   Values are inserted as the CSV text and converted by the server in strict mode (an
   unconvertible value fails the load, nothing is coerced silently). The *replication stage*
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Iterator
 
 from polysql_ray.datasets.example import Example, SourceDatabase
-from polysql_ray.engines.servers import ServerSettings, replica_name
+from polysql_ray.engines.servers import replica_name
 
 DATASET = "spiderman"
 
@@ -95,64 +95,6 @@ def _statements(ddl: str, db_id: str, target: str, skip: set[str]) -> list[str]:
         body = re.sub(r",\s*\)\s*$", "\n)", body)
         out.append(body)
     return out
-
-
-def install_source(root: Path | str, db_id: str, settings: ServerSettings | dict | None = None,
-                   force: bool = False) -> tuple[str, bool]:
-    """Load one SpiderMan database into MySQL as a source database (idempotent).
-
-    Returns ``(database name, reused)``. Tables whose CSV is missing are not created.
-    Raises ``pymysql`` errors when the server refuses the DDL or a value.
-    """
-    from polysql_ray.engines import mysql as my_engine
-    from polysql_ray.replication.mysql import bq, ensure_reader_user, mysql_fingerprint
-
-    if not isinstance(settings, ServerSettings):
-        settings = ServerSettings.from_dict(settings, **my_engine.DEFAULTS)
-    root = Path(root)
-    name = source_name(db_id)
-    ih = input_hash(root, db_id)
-    with my_engine.connect_raw(settings, admin=True) as conn, conn.cursor() as cur:
-        cur.execute("SELECT schema_comment FROM information_schema.schemata "
-                    "WHERE schema_name = %s", (name,))
-        row = cur.fetchone()
-        if row and not force:
-            m = re.fullmatch(r"polysql input=([0-9a-f]{64}) content=([0-9a-f]{64})", row[0] or "")
-            if m and m.group(1) == ih and mysql_fingerprint(settings, name) == m.group(2):
-                return name, True
-        skip = set(missing_tables(root, db_id))
-        d = root / "databases" / db_id
-        cur.execute(f"DROP DATABASE IF EXISTS {bq(name)}")
-        cur.execute(f"CREATE DATABASE {bq(name)} CHARACTER SET utf8mb4")
-        conn.select_db(name)
-        cur.execute("SET SESSION foreign_key_checks = 0")
-        for stmt in _statements((d / "schema.sql").read_text(), db_id, name, skip):
-            cur.execute(stmt)
-        for t in _tables_in_ddl((d / "schema.sql").read_text()):
-            if t in skip:
-                continue
-            with open(d / "data" / f"{t}.csv", newline="", encoding="utf-8") as f:
-                rd = csv.reader(f)
-                header = next(rd)
-                rows = [tuple(None if v == CSV_NULL else v for v in r) for r in rd]
-            stmt = (f"INSERT INTO {bq(t)} ({', '.join(map(bq, header))}) "
-                    f"VALUES ({', '.join(['%s'] * len(header))})")
-            for i in range(0, len(rows), 2000):
-                cur.executemany(stmt, rows[i:i + 2000])
-        flavour = my_engine.server_flavour(conn)
-        account = ensure_reader_user(settings, cur, flavour)
-        cur.execute(f"GRANT SELECT ON {bq(name)}.* TO {account}")
-        fp = mysql_fingerprint(settings, name)
-        cur.execute(f"ALTER DATABASE {bq(name)} COMMENT %s", (f"polysql input={ih} content={fp}",))
-    return name, False
-
-
-def install_sources(root: Path | str, settings: ServerSettings | dict | None = None,
-                    db_ids: list[str] | None = None, force: bool = False) -> dict[str, bool]:
-    """:func:`install_source` for every database (or ``db_ids``); returns db_id -> reused."""
-    root = Path(root)
-    ids = db_ids or sorted(p.name for p in (root / "databases").iterdir() if p.is_dir())
-    return {db: install_source(root, db, settings, force)[1] for db in ids}
 
 
 def _gold_tables(sql: str) -> set[str]:
@@ -239,19 +181,6 @@ def load_spiderman(root: Path | str, missing_table_policy: str = "questions",
                                     install=f"spiderman:{root.resolve()}" if installed else ""),
             gold_error=err, position=pos,
             extra={"missing_tables": lacking} if lacking else {})
-
-
-#: (root, db_id, server) already installed or verified in this process -> reused.
-_INSTALLED: dict[tuple, bool] = {}
-
-
-def install_for_source(source: SourceDatabase, root: str, settings: dict | None = None) -> bool:
-    """Installer of ``replication.sources`` (``install="spiderman:<root>"``): install the
-    source's database with the run's MySQL ``settings``, once per process; returns reused."""
-    key = (root, source.db_id, repr(sorted((settings or {}).items())))
-    if key not in _INSTALLED:
-        _INSTALLED[key] = install_source(root, source.db_id, settings)[1]
-    return _INSTALLED[key]
 
 
 class SpidermanLoader:

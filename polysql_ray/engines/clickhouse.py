@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -324,6 +325,9 @@ class ClickHouseEngine(EmbeddedEngine):
     connection = ConnectionBehaviour("per-limits")
     prompt_rules = "clickhouse.yaml"
     driver_errors = (Exception,)  # chdb raises plain exceptions whose message has "Code: N"
+    #: ``module:Class`` of the server path taken when ``host`` is set (it builds on this module,
+    #: so it is named here, not imported).
+    server_engine = "polysql_ray.engines.clickhouse_server:ClickHouseServerEngine"
 
     def __init__(self, join_use_nulls: int = 1, max_memory_usage: int = 2_000_000_000,
                  max_threads: int = 1, host: str | None = None, **server):
@@ -333,9 +337,9 @@ class ClickHouseEngine(EmbeddedEngine):
         self._readers: dict[tuple, object] = {}
         self._server = None
         if host:  # a ClickHouse server through clickhouse-connect instead of chdb
-            from polysql_ray.engines.clickhouse_server import ClickHouseServerEngine
-
-            self._server = ClickHouseServerEngine({"host": host, **server}, {**self.semantic, **self.resources})
+            module, _, cls = self.server_engine.partition(":")
+            server_engine = getattr(importlib.import_module(module), cls)
+            self._server = server_engine({"host": host, **server}, {**self.semantic, **self.resources})
         elif server:
             raise TypeError(f"unexpected clickhouse settings {sorted(server)} (server settings need host)")
 

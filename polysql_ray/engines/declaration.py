@@ -44,9 +44,12 @@ Facts (:data:`REQUIRED_FACTS`; ``None`` is a declared "not applicable"):
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import threading
 from collections.abc import MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator
 
 
@@ -243,8 +246,26 @@ def unregister(name: str) -> None:
 
 def registered() -> dict[str, type]:
     """Engine name -> class of every engine declared so far (no discovery; see
-    ``registry.declared_engines``)."""
+    :func:`declared_engines`)."""
     return dict(_REGISTRY)
+
+
+_DISCOVERED = [False]
+#: The package whose modules declare the engines (this module's own package).
+_PACKAGE = __name__.rpartition(".")[0]
+
+
+def declared_engines() -> dict[str, type]:
+    """Engine name -> declared class, after importing every module of ``polysql_ray.engines``
+    once (modules that declare no engine are harmless). Raises what an engine module raises
+    on import."""
+    if not _DISCOVERED[0]:
+        with _LOCK:
+            if not _DISCOVERED[0]:
+                for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
+                    importlib.import_module(f"{_PACKAGE}.{info.name}")
+                _DISCOVERED[0] = True
+    return registered()
 
 
 class DeclaredTable(MutableMapping):
@@ -263,8 +284,6 @@ class DeclaredTable(MutableMapping):
 
     def _data(self) -> dict[str, Any]:
         if self._cache is None or self._cache[0] != _GENERATION[0]:
-            from polysql_ray.engines.registry import declared_engines
-
             engines = declared_engines()  # imports the engine modules on first use
             base = {}
             for name, cls in engines.items():

@@ -11,32 +11,13 @@ the declarations (:class:`~polysql_ray.engines.declaration.DeclaredTable`).
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 
 from polysql_ray.engines.base import Engine
 from polysql_ray.engines.declaration import (  # noqa: F401 (Semantics: re-exported)
-    _GENERATION, _LOCK, DeclaredTable, Semantics, StructuralFacts, registered,
+    _GENERATION, DeclaredTable, Semantics, StructuralFacts, declared_engines, registered,
 )
 from polysql_ray.engines.identifiers import IdentifierRules
-
-_DISCOVERED = [False]
-
-
-def declared_engines() -> dict[str, type]:
-    """Engine name -> declared class, after importing every module of ``polysql_ray.engines``
-    once (modules that declare no engine are harmless). Raises what an engine module raises
-    on import."""
-    if not _DISCOVERED[0]:
-        with _LOCK:
-            if not _DISCOVERED[0]:
-                import polysql_ray.engines as package
-
-                for info in pkgutil.iter_modules(package.__path__):
-                    importlib.import_module(f"{package.__name__}.{info.name}")
-                _DISCOVERED[0] = True
-    return registered()
 
 
 @dataclass(frozen=True)

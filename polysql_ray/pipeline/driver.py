@@ -1,6 +1,7 @@
 """The Ray driver: one process streams the sweep grid through a pipeline of bounded stages.
 
-Stages, in data-flow order:
+Stages, in data-flow order (the sections of this module, in the same order; :func:`run` is
+their composition):
 
 1. :func:`build_grid`     composed config -> datasets (examples), generators, cells
 2. :func:`pending_work`   which (cell, question) pairs the store lacks, read cell group by
@@ -14,8 +15,13 @@ Stages, in data-flow order:
 5. :class:`Planner`       per chunk of a cell (``pipeline.plan_chunk_items``): work items and
                           their executions, planned once; the structural check where it pays
                           (:func:`polysql_ray.pipeline.structural.proves_before`)
-6. :class:`polysql_ray.pipeline.scheduler.Scheduler`  executions on per-engine actors, Arrow
-                          scoring tasks, store writes flushed by rows and seconds.
+6. :func:`schedule`       :class:`polysql_ray.pipeline.scheduler.Scheduler`: executions on
+                          per-engine actors, Arrow scoring tasks, store writes flushed by rows
+                          and seconds
+7. :func:`summarize`      the store compacted, the EX table, ``runs/<run_id>/summary.json``
+
+The Ray cluster itself (start or join, lean head, reaper, fit checks, shutdown) is
+:mod:`polysql_ray.pipeline.cluster`.
 
 The driver keeps at most ``pipeline.max_pending_items`` items between planning and their
 stored row (it waits on the scheduler before planning more), plus one cell's predictions per
@@ -34,7 +40,6 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
-import logging
 import os
 import sys
 import time
@@ -46,20 +51,17 @@ import ray
 
 from polysql_ray.datasets.example import Example, SourceDatabase
 from polysql_ray.engines.base import Limits
-from polysql_ray.errors import server_hint
+from polysql_ray.errors import ConfigError, root_message, server_hint
 from polysql_ray.generation.base import GenStatus, Prediction
+from polysql_ray.pipeline.cluster import (  # noqa: F401 (init_ray, ray_init_kwargs: re-exported)
+    RunCluster, check_fits, init_ray, ray_init_kwargs,
+)
 from polysql_ray.pipeline.plan import Cell, ExecRequest, WorkItem, exec_key
 from polysql_ray.pipeline.progress import Progress
 from polysql_ray.pipeline.structural import StructuralJob
 from polysql_ray.store.parquet import ResultsStore, cell_key, score_key
 
-log = logging.getLogger("polysql_ray")
-
 SCHEDULING_KEYS = ("actors", "num_cpus", "num_gpus", "resources", "exec_cost_ms")  # not engine settings
-
-
-class ConfigError(ValueError):
-    """The composed configuration cannot be run; the message names the key to fix."""
 
 
 @dataclass
@@ -106,6 +108,23 @@ class RunStats:
     wall_s: float = 0.0
     stage_s: dict = field(default_factory=dict)
     clock: Any = None           # StageClock: first start / last end per stage (runs/<id>/summary.json)
+
+
+# ------------------------------------------------------------------ engine settings
+
+def _server_settings(cfg: dict, engine: str) -> dict | None:
+    """Connection settings of a server engine (None for embedded engines, whose location is a file)."""
+    from polysql_ray.engines.registry import engine_spec
+
+    return None if engine_spec(engine).embedded else _engine_settings(cfg, engine)
+
+
+def _engine_settings(cfg: dict, engine: str) -> dict:
+    """``engines.<engine>`` of the config without the scheduling keys (:data:`SCHEDULING_KEYS`)."""
+    settings = dict((cfg.get("engines") or {}).get(engine) or {})
+    for k in SCHEDULING_KEYS:
+        settings.pop(k, None)
+    return settings
 
 
 # ----------------------------------------------------------------------------- 1. the grid
@@ -173,7 +192,7 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
     return Grid(datasets, sources, model_cfgs, generators, dialects, levels, cells, policy=policy)
 
 
-# ------------------------------------------------------------------------ 3. planning
+# ----------------------------------------------------------------------- 2. pending work
 
 def score_keys(grid: Grid, cell: Cell) -> list[str]:
     """The store key of every (cell, question), in example order. A clock-dependent gold
@@ -226,6 +245,105 @@ def pending_work(grid: Grid, store: ResultsStore, stats: RunStats, group_items: 
     check(group)
     return pending
 
+
+# ------------------------------------------------------------------------ 3. replication
+
+def replication_fingerprint(cfg: dict) -> str:
+    """What about the replicas can change a score: the type mode and the type-map and
+    replication versions (part of every cell key, so a run on other replicas never reuses
+    these scores)."""
+    from polysql_ray.replication.base import REPLICATION_VERSION
+    from polysql_ray.replication.typemap import TYPE_MAP_VERSION
+
+    types = (cfg.get("replication") or {}).get("types", "declared")
+    return f"|repl-{types}-tm{TYPE_MAP_VERSION}-r{REPLICATION_VERSION}"
+
+
+@ray.remote
+def _replicate_task(source: SourceDatabase, engine: str, replicas_dir: str, settings: dict | None,
+                    source_settings: dict | None, types: str = "declared"):
+    from polysql_ray.replication.pernode import Recipe, replicate_locked
+
+    t0 = time.perf_counter()  # under the node's build lock: an actor may rebuild it there too
+    replica = replicate_locked(Recipe(source, engine, replicas_dir, types), settings, source_settings)
+    return replica, time.perf_counter() - t0
+
+
+def replicate(grid: Grid, cells: list[Cell], cfg: dict, progress: Progress, stats: RunStats, clock=None):
+    """Ensure a verified copy of every source database of the ``cells``' datasets in every
+    target engine of those cells other than its source engine (known from cells x sources,
+    before any prediction exists). Returns ``{(dataset, db_id, engine): location}``.
+
+    Copies whose manifest matches are reused (seconds). A copy that fails (dead server,
+    data that does not verify) is reported in ``stats.errors`` with the database, engine and
+    the engine's own message; the driver then leaves exactly the work that needed it
+    unscored (a rerun retries it) and scores everything else.
+    """
+    from polysql_ray.replication.sources import prepare
+
+    for ds in sorted({c.dataset for c in cells}):  # install sources (run's settings)
+        for src in grid.sources[ds]:
+            prepare(src, _server_settings(cfg, src.engine))
+    needed: dict[tuple[str, str, str], SourceDatabase] = {}
+    for cell in cells:
+        for src in grid.sources[cell.dataset]:
+            if src.exists and src.engine != cell.target_engine:
+                needed[(src.dataset, src.db_id, cell.target_engine)] = src
+    locations: dict[tuple[str, str, str], str] = {}
+    if not needed:
+        return locations
+    rdir = os.path.abspath(cfg["replication"]["dir"])
+    task = progress.add("replicate", len(needed))
+    if clock is not None:
+        clock.start("replicate")
+    refs = {}
+    for (ds, db, engine), src in sorted(needed.items()):
+        refs[_replicate_task.options(num_cpus=0.5).remote(
+            src, engine, rdir, _server_settings(cfg, engine), _server_settings(cfg, src.engine),
+            cfg["replication"].get("types", "declared"))] = (ds, db, engine)
+    t0 = time.perf_counter()
+    pending = list(refs)
+    errors = []
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        key = refs[done[0]]
+        try:
+            replica, _ = ray.get(done[0])
+            locations[key] = replica.location
+            stats.replicas_reused += bool(replica.reused)
+        except Exception as exc:  # noqa: BLE001 — reported with the database named
+            stats.failed_replicas.add(key)
+            errors.append(f"replicating {key[0]}/{key[1]} into {key[2]} failed: {root_message(exc)}"
+                          f"{server_hint(key[2], str(exc))}")
+        progress.advance(task)
+    stats.replicas = len(locations)
+    stats.replicate_s = time.perf_counter() - t0
+    if clock is not None:
+        clock.end("replicate")
+    stats.errors.extend(_fold(errors))
+    return locations
+
+
+def _fold(errors: list[str], keep: int = 3) -> list[str]:
+    """Many databases failing for one reason (a dead server) read as one error, not nineteen."""
+    by_engine: dict[str, list[str]] = collections.defaultdict(list)
+    for e in errors:
+        by_engine[e.split(" into ", 1)[1].split(" ", 1)[0]].append(e)
+    out = []
+    for engine, errs in sorted(by_engine.items()):
+        out.extend(errs[:keep])
+        if len(errs) > keep:
+            out.append(f"... and {len(errs) - keep} more databases into {engine}")
+    return out
+
+
+# ------------------------------------------------------------------------- 4. generation
+
+# :class:`polysql_ray.pipeline.generate.GenerationFeed` (its own module): started by :func:`run`
+# before replication, consumed cell by cell by :func:`schedule`.
+
+
+# --------------------------------------------------------------------------- 5. planning
 
 class Planner:
     """Work items for one chunk of one cell, planned once (after replication, so every
@@ -329,291 +447,83 @@ class MalformedWarnings:
                   file=sys.stderr)
 
 
-# ------------------------------------------------------------------------ 4. replication
+# ------------------------------------------------------------------------- 6. scheduling
 
-def replication_fingerprint(cfg: dict) -> str:
-    """What about the replicas can change a score: the type mode and the type-map and
-    replication versions (part of every cell key, so a run on other replicas never reuses
-    these scores)."""
-    from polysql_ray.replication.base import REPLICATION_VERSION
-    from polysql_ray.replication.typemap import TYPE_MAP_VERSION
+def schedule(cfg: dict, grid: Grid, cells: list[Cell], pending: dict, feed, planner: Planner,
+             locations: dict, store: ResultsStore, progress: Progress, stats: RunStats, run_id: str,
+             clock, window: int, chunk: int, mode: str) -> None:
+    """Plan, execute and score every pending (cell, question) of ``cells``, in grid order, and
+    store each scored batch (:class:`~polysql_ray.pipeline.scheduler.Scheduler`).
 
-    types = (cfg.get("replication") or {}).get("types", "declared")
-    return f"|repl-{types}-tm{TYPE_MAP_VERSION}-r{REPLICATION_VERSION}"
-
-
-@ray.remote
-def _replicate_task(source: SourceDatabase, engine: str, replicas_dir: str, settings: dict | None,
-                    source_settings: dict | None, types: str = "declared"):
-    from polysql_ray.replication.pernode import Recipe, replicate_locked
-
-    t0 = time.perf_counter()  # under the node's build lock: an actor may rebuild it there too
-    replica = replicate_locked(Recipe(source, engine, replicas_dir, types), settings, source_settings)
-    return replica, time.perf_counter() - t0
-
-
-def replicate(grid: Grid, cells: list[Cell], cfg: dict, progress: Progress, stats: RunStats, clock=None):
-    """Ensure a verified copy of every source database of the ``cells``' datasets in every
-    target engine of those cells other than its source engine (known from cells x sources,
-    before any prediction exists). Returns ``{(dataset, db_id, engine): location}``.
-
-    Copies whose manifest matches are reused (seconds). A copy that fails (dead server,
-    data that does not verify) is reported in ``stats.errors`` with the database, engine and
-    the engine's own message; the driver then leaves exactly the work that needed it
-    unscored (a rerun retries it) and scores everything else.
+    Args:
+        pending: :func:`pending_work`'s ``{cell key: ALL | indices}``.
+        feed: the run's :class:`~polysql_ray.pipeline.generate.GenerationFeed`.
+        locations: :func:`replicate`'s replica locations (embedded replicas are given to the
+            execution actors as recipes: an actor rebuilds a copy its node lacks).
+        window: at most this many items between planning and their stored row
+            (``pipeline.max_pending_items``).
+        chunk: items planned at a time (``pipeline.plan_chunk_items``).
+        mode: ``pipeline.structural_check``.
     """
-    from polysql_ray.replication.sources import prepare
+    from polysql_ray.pipeline.scheduler import Scheduler
+    from polysql_ray.pipeline.structural import proves_before
+    from polysql_ray.replication.pernode import recipes_for
 
-    for ds in sorted({c.dataset for c in cells}):  # install sources (run's settings)
-        for src in grid.sources[ds]:
-            prepare(src, _server_settings(cfg, src.engine))
-    needed: dict[tuple[str, str, str], SourceDatabase] = {}
-    for cell in cells:
-        for src in grid.sources[cell.dataset]:
-            if src.exists and src.engine != cell.target_engine:
-                needed[(src.dataset, src.db_id, cell.target_engine)] = src
-    locations: dict[tuple[str, str, str], str] = {}
-    if not needed:
-        return locations
-    rdir = os.path.abspath(cfg["replication"]["dir"])
-    task = progress.add("replicate", len(needed))
-    if clock is not None:
-        clock.start("replicate")
-    refs = {}
-    for (ds, db, engine), src in sorted(needed.items()):
-        refs[_replicate_task.options(num_cpus=0.5).remote(
-            src, engine, rdir, _server_settings(cfg, engine), _server_settings(cfg, src.engine),
-            cfg["replication"].get("types", "declared"))] = (ds, db, engine)
+    pcfg = cfg["pipeline"]
+    # embedded replicas: an execution actor rebuilds a copy its node lacks
+    recipes = recipes_for([(src, eng, loc) for (ds, db, eng), loc in locations.items()
+                           for src in grid.sources[ds] if src.db_id == db],
+                          os.path.abspath(cfg["replication"]["dir"]),
+                          cfg["replication"].get("types", "declared"))
+
+    def engine_settings(c: dict, engine: str) -> dict:
+        settings = _engine_settings(c, engine)
+        if recipes.get(engine):
+            settings["_replica_recipes"] = recipes[engine]
+        return settings
+
+    warnings = MalformedWarnings()
+    with Scheduler(cfg, store, progress, stats, run_id, grid.policy, clock,
+                   engine_settings=engine_settings) as sched:
+        for cell in cells:
+            # while the model generates this cell, earlier cells keep executing and scoring
+            preds = feed.predictions(cell, timeout=0)
+            while preds is None:
+                progress.tick()  # the log shows a run waiting on its generator
+                if sched.busy():
+                    sched.step(timeout=0.2)
+                preds = feed.predictions(cell, timeout=0 if sched.busy() else 0.5)
+            keys = score_keys(grid, cell)
+            todo = range(len(keys)) if pending[cell.key] is ALL else pending[cell.key]
+            prove = proves_before(mode, cell.target_engine, cfg)
+            for start in range(0, len(todo), chunk):
+                items, requests = planner.plan(cell, todo[start:start + chunk], keys, preds)
+                warnings.check(items)
+                job = (StructuralJob(mode, int(pcfg["score_batch_size"]), grid.policy, cfg).submit(items)
+                       if prove else None)
+                sched.wait_below(window - len(items))
+                sched.add(items, requests, job)
+            del preds, keys
+        sched.drain()
+    warnings.close()
+
+
+# ---------------------------------------------------------------------------- 7. summary
+
+def summarize(store: ResultsStore, grid: Grid, stats: RunStats, t_start: float):
+    """The EX table of every cell of the grid (an Arrow table, aggregated by DuckDB from the
+    compacted store) and ``runs/<run_id>/summary.json``; sets ``stats.wall_s``."""
+    from polysql_ray.pipeline.summary import ex_table, write_run_summary
+
     t0 = time.perf_counter()
-    pending = list(refs)
-    errors = []
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        key = refs[done[0]]
-        try:
-            replica, _ = ray.get(done[0])
-            locations[key] = replica.location
-            stats.replicas_reused += bool(replica.reused)
-        except Exception as exc:  # noqa: BLE001 — reported with the database named
-            stats.failed_replicas.add(key)
-            errors.append(f"replicating {key[0]}/{key[1]} into {key[2]} failed: {_root_message(exc)}"
-                          f"{server_hint(key[2], str(exc))}")
-        progress.advance(task)
-    stats.replicas = len(locations)
-    stats.replicate_s = time.perf_counter() - t0
-    if clock is not None:
-        clock.end("replicate")
-    stats.errors.extend(_fold(errors))
-    return locations
-
-
-def _root_message(exc: BaseException) -> str:
-    """The engine's own message on one line (every line kept: the first names host and port)."""
-    cause = getattr(exc, "cause", None)
-    lines = [ln.strip() for ln in str(cause if cause is not None else exc).strip().splitlines() if ln.strip()]
-    return " ".join(lines)[:600]
-
-
-def _fold(errors: list[str], keep: int = 3) -> list[str]:
-    """Many databases failing for one reason (a dead server) read as one error, not nineteen."""
-    by_engine: dict[str, list[str]] = collections.defaultdict(list)
-    for e in errors:
-        by_engine[e.split(" into ", 1)[1].split(" ", 1)[0]].append(e)
-    out = []
-    for engine, errs in sorted(by_engine.items()):
-        out.extend(errs[:keep])
-        if len(errs) > keep:
-            out.append(f"... and {len(errs) - keep} more databases into {engine}")
-    return out
-
-
-def _server_settings(cfg: dict, engine: str) -> dict | None:
-    """Connection settings of a server engine (None for embedded engines, whose location is a file)."""
-    from polysql_ray.engines.registry import engine_spec
-
-    return None if engine_spec(engine).embedded else _engine_settings(cfg, engine)
-
-
-def _engine_settings(cfg: dict, engine: str) -> dict:
-    settings = dict((cfg.get("engines") or {}).get(engine) or {})
-    for k in SCHEDULING_KEYS:
-        settings.pop(k, None)
-    return settings
-
-
-# ----------------------------------------------------------------- 5. execution and scoring
-
-def _check_fits(cfg: dict, engines: list[str]) -> None:
-    """Fail fast instead of hanging when the execution actors would reserve every CPU of the
-    cluster and leave none for a scoring task, or ask for a custom resource (``engines.<name>.
-    resources``) that no node has (Ray would wait forever). Errors: :class:`ConfigError`."""
-    have = ray.cluster_resources()
-    for e in engines:
-        for name, amount in dict(((cfg.get("engines") or {}).get(e) or {}).get("resources") or {}).items():
-            if float(have.get(name, 0.0)) < float(amount) - 1e-9:
-                raise ConfigError(
-                    f"engines.{e}.resources asks for {amount:g} of custom resource {name!r}, but the "
-                    f"Ray cluster has {float(have.get(name, 0.0)):g}: start a node with "
-                    f"resources={{\"{name}\": N}} or drop engines.{e}.resources")
-    total = have.get("CPU", 0.0)
-    reserved = sum(max(1, int(((cfg.get("engines") or {}).get(e) or {}).get("actors", 1)))
-                   * float(((cfg.get("engines") or {}).get(e) or {}).get("num_cpus", 0.5)) for e in engines)
-    need = reserved + float(cfg["pipeline"].get("score_num_cpus", 0.25))
-    if need > total + 1e-9:
-        raise ConfigError(
-            f"execution actors reserve {reserved:g} CPUs and a scoring task needs "
-            f"{cfg['pipeline'].get('score_num_cpus', 0.25)}, but the Ray cluster has {total:g}: lower "
-            f"engines.<name>.actors / engines.<name>.num_cpus or pipeline.score_num_cpus")
+    table = ex_table(store, [c.key for c in grid.cells])
+    stats.stage_s["ex_table"] = time.perf_counter() - t0
+    stats.wall_s = time.perf_counter() - t_start
+    write_run_summary(store, stats)
+    return table
 
 
 # --------------------------------------------------------------------------- the run
-
-def ray_init_kwargs(cfg: dict) -> dict[str, Any]:
-    """``ray.init`` arguments: a NEW local cluster (``address="local"``) unless ``ray.address``
-    is set, so a run never attaches to a cluster some earlier ``ray start`` left on the
-    machine (another user's, another venv's, a stale one). Joining is explicit:
-    ``ray.address=auto`` or ``ray.address=ray://host:10001`` (or ``RAY_ADDRESS`` via the
-    config's interpolation). ``ray.system_config`` (raylet settings, Ray's ``_system_config``)
-    applies to a local cluster only; the default keeps no idle worker process beyond 10 s
-    (``num_workers_soft_limit: 0``): Ray otherwise keeps one per CPU, and starts one more than
-    it uses when two scoring tasks arrive together (~80-240 MiB RSS each, for nothing)."""
-    rc = cfg.get("ray") or {}
-    kwargs: dict[str, Any] = {"include_dashboard": bool(rc.get("include_dashboard", False)),
-                              "log_to_driver": bool(rc.get("log_to_driver", False)),
-                              "configure_logging": True, "logging_level": logging.WARNING}
-    if rc.get("address"):
-        kwargs["address"] = str(rc["address"])
-    else:
-        kwargs["address"] = "local"
-        if rc.get("num_cpus"):
-            kwargs["num_cpus"] = int(rc["num_cpus"])
-        if rc.get("system_config"):
-            # the raylet settings of the run's own cluster (a joined cluster keeps its own)
-            kwargs["_system_config"] = dict(rc["system_config"])
-    return kwargs
-
-
-def init_ray(cfg: dict) -> bool:
-    """Start the run's own local Ray cluster, or join ``ray.address`` when set
-    (:func:`ray_init_kwargs`). A local cluster gets a reaper (:data:`REAPER`): if the driver
-    dies without shutting Ray down (``kill -9``), the cluster's processes go with it.
-    Returns True when this call started the run's own local cluster (the run shuts it down as
-    soon as its work on the cluster is done), False when it joined ``ray.address`` (the caller
-    may still use the connection) or Ray was already initialised in this process.
-
-    With ``ray.lean_head`` (default true) a local cluster starts without the head processes it
-    has no use for (:func:`_lean_head`: monitor, log monitor, dashboard API server): about
-    260 MiB of RSS and 1 s of CPU less."""
-    if ray.is_initialized():
-        return False
-    kwargs = ray_init_kwargs(cfg)
-    lean = kwargs["address"] == "local" and bool((cfg.get("ray") or {}).get("lean_head", True))
-    restore = _lean_head(log_monitor=kwargs["log_to_driver"], api_server=kwargs["include_dashboard"]) \
-        if lean else None
-    try:
-        ray.init(**kwargs)
-    finally:
-        if restore:
-            restore()
-    if kwargs["address"] == "local":
-        _start_reaper()
-        return True
-    return False
-
-
-def _lean_head(log_monitor: bool, api_server: bool = False):
-    """Make the next ``ray.init`` start a local head node without Ray's autoscaler monitor (a
-    fixed local cluster has nothing to autoscale), unless ``log_monitor`` without its log
-    monitor (it only forwards worker output to the driver, which ``log_to_driver=False`` turns
-    off), and unless ``api_server`` without the dashboard's API server (with
-    ``include_dashboard=False`` Ray still starts it, in its minimal mode, for the job-submission
-    and state APIs; a run's own local cluster is reached by nobody else); each is a Python
-    process of ~80-100 MiB. ``ray.init`` has no argument for these, so the defaults of the node
-    parameters it builds (``RayParams(no_monitor=, include_log_monitor=)``, the switches behind
-    ``ray start --no-monitor --include-log-monitor``) and the head's ``Node.start_api_server``
-    are changed until the returned function is called. Returns None (nothing changed) for a Ray
-    without them."""
-    import functools
-    import inspect
-
-    from ray._private import node, parameter
-
-    init = parameter.RayParams.__init__
-    names = inspect.signature(init).parameters
-    if "no_monitor" not in names or "include_log_monitor" not in names:
-        return None
-    start_api = getattr(node.Node, "start_api_server", None)
-    if start_api is not None and not api_server:
-        node.Node.start_api_server = lambda self, *args, **kwargs: None
-
-    @functools.wraps(init)
-    def lean_init(self, *args, **kwargs):
-        kwargs.setdefault("no_monitor", True)
-        if not log_monitor:
-            kwargs.setdefault("include_log_monitor", False)
-        init(self, *args, **kwargs)
-
-    parameter.RayParams.__init__ = lean_init
-
-    def restore() -> None:
-        parameter.RayParams.__init__ = init
-        if start_api is not None:
-            node.Node.start_api_server = start_api
-
-    return restore
-
-
-#: Runs beside a driver that started a local cluster: every second it notes the driver's
-#: descendant processes (pid + start time, from /proc); once the driver is gone it SIGKILLs the
-#: noted ones still alive (raylet, GCS, agents, workers that Ray would otherwise leave behind
-#: after ``kill -9`` of the driver). Exits quietly when nothing is left.
-REAPER = """
-import os, sys, time, signal
-from pathlib import Path
-driver = int(sys.argv[1])
-def stat(pid):
-    try:
-        f = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-        return int(f[1]), f[19]
-    except (OSError, ValueError, IndexError):
-        return None
-def tree():
-    kids = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            st = stat(d.name)
-            if st:
-                kids.setdefault(st[0], []).append((int(d.name), st[1]))
-    out, todo = {}, [driver]
-    while todo:
-        for pid, t0 in kids.get(todo.pop(), []):
-            if pid not in out and pid != os.getpid():
-                out[pid] = t0
-                todo.append(pid)
-    return out
-seen = {}
-while stat(driver) is not None:
-    seen.update(tree())
-    time.sleep(1.0)
-for pid, t0 in seen.items():
-    st = stat(pid)
-    if st is not None and st[1] == t0:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-"""
-
-
-def _start_reaper() -> None:
-    import subprocess
-
-    if not os.path.isdir("/proc"):
-        return
-    subprocess.Popen([sys.executable, "-c", REAPER, str(os.getpid())],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True, close_fds=True)
-
 
 def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[RunStats, Any]:
     """Run the composed config end to end. Returns (stats, EX table as an Arrow table).
@@ -636,13 +546,10 @@ def run(cfg: dict, conf_loader, config_yaml: str = "", console=None) -> tuple[Ru
 
 
 def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_start):
-    """The streaming pipeline (module docstring), holding the results_dir lock."""
+    """The streaming pipeline (module docstring: stages 1-7), holding the results_dir lock."""
     from polysql_ray.pipeline.generate import GenerationFeed, GenerationStage, close_generators
     from polysql_ray.pipeline.manifest import run_manifest
-    from polysql_ray.pipeline.scheduler import Scheduler, StageClock
-    from polysql_ray.pipeline.structural import proves_before
-    from polysql_ray.pipeline.summary import ex_table, write_run_summary
-    from polysql_ray.replication.pernode import recipes_for
+    from polysql_ray.pipeline.scheduler import StageClock
     from polysql_ray.store.generations import GenerationsStore
 
     clock = StageClock()
@@ -651,17 +558,17 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
     window = max(1, int(pcfg.get("max_pending_items", 20_000)))
     chunk = max(1, min(window // 2 or 1, int(pcfg.get("plan_chunk_items", 2_000))))
     mode = str(pcfg.get("structural_check", "auto"))
-    grid = build_grid(cfg, conf_loader)
+    grid = build_grid(cfg, conf_loader)  # 1
     stats.cells = len(grid.cells)
     store.write_run(run_id, run_manifest(cfg, grid, grid.policy), config_yaml)
     gen_stage = GenerationStage(GenerationsStore(cfg["results_dir"], cfg.get("store")))
     stats.generation = gen_stage.stats
-    own_cluster = False  # this run started a local cluster: it is shut down once its work is done
+    cluster = RunCluster(cfg)
     if any(m.get("generator") == "vllm" for m in grid.models):
-        own_cluster = init_ray(cfg)  # vLLM actor pools live on the cluster the driver joins
+        cluster.start()  # vLLM actor pools live on the cluster the driver joins
 
     t0 = time.perf_counter()
-    # stored keys are read for ~100k questions at a time (a few MB of keys; fewer store scans)
+    # 2: stored keys are read for ~100k questions at a time (a few MB of keys; fewer store scans)
     pending = pending_work(grid, store, stats, group_items=max(window, PENDING_GROUP_ITEMS))
     cells = [c for c in grid.cells if c.key in pending]
     stats.stage_s["plan"] = time.perf_counter() - t0
@@ -669,70 +576,30 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
     try:
         with Progress(enabled=bool(cfg.get("progress", True)), console=console) as progress:
             if cells:
-                own_cluster = init_ray(cfg) or own_cluster
-                _check_fits(cfg, sorted({c.target_engine for c in cells}
-                                        | {src.engine for c in cells for src in grid.sources[c.dataset]}))
-                # model generators start on the first cells while the copies are made
+                cluster.start()
+                check_fits(cfg, sorted({c.target_engine for c in cells}
+                                       | {src.engine for c in cells for src in grid.sources[c.dataset]}))
+                # 4: model generators start on the first cells while the copies are made
                 feed = GenerationFeed(gen_stage, grid.generators, grid.datasets, cells,
                                       prefetch=int(pcfg.get("generation_prefetch_cells", 1)), clock=clock)
                 t0 = time.perf_counter()
-                locations = replicate(grid, cells, cfg, progress, stats, clock)
+                locations = replicate(grid, cells, cfg, progress, stats, clock)  # 3
                 stats.stage_s["replicate"] = time.perf_counter() - t0
-                planner = Planner(grid, locations, stats.failed_replicas)
-                # embedded replicas: an execution actor rebuilds a copy its node lacks
-                recipes = recipes_for([(src, eng, loc) for (ds, db, eng), loc in locations.items()
-                                       for src in grid.sources[ds] if src.db_id == db],
-                                      os.path.abspath(cfg["replication"]["dir"]),
-                                      cfg["replication"].get("types", "declared"))
-
-                def engine_settings(c: dict, engine: str) -> dict:
-                    settings = _engine_settings(c, engine)
-                    if recipes.get(engine):
-                        settings["_replica_recipes"] = recipes[engine]
-                    return settings
-
-                warnings = MalformedWarnings()
+                planner = Planner(grid, locations, stats.failed_replicas)  # 5
                 t0 = time.perf_counter()
-                with Scheduler(cfg, store, progress, stats, run_id, grid.policy, clock,
-                               engine_settings=engine_settings) as sched:
-                    for cell in cells:
-                        # while the model generates this cell, earlier cells keep executing and scoring
-                        preds = feed.predictions(cell, timeout=0)
-                        while preds is None:
-                            progress.tick()  # the log shows a run waiting on its generator
-                            if sched.busy():
-                                sched.step(timeout=0.2)
-                            preds = feed.predictions(cell, timeout=0 if sched.busy() else 0.5)
-                        keys = score_keys(grid, cell)
-                        todo = range(len(keys)) if pending[cell.key] is ALL else pending[cell.key]
-                        prove = proves_before(mode, cell.target_engine, cfg)
-                        for start in range(0, len(todo), chunk):
-                            items, requests = planner.plan(cell, todo[start:start + chunk], keys, preds)
-                            warnings.check(items)
-                            job = (StructuralJob(mode, int(pcfg["score_batch_size"]), grid.policy, cfg).submit(items)
-                                   if prove else None)
-                            sched.wait_below(window - len(items))
-                            sched.add(items, requests, job)
-                        del preds, keys
-                    sched.drain()
-                warnings.close()
+                schedule(cfg, grid, cells, pending, feed, planner, locations, store, progress, stats,
+                         run_id, clock, window, chunk, mode)  # 6
                 stats.stage_s["execute+score"] = time.perf_counter() - t0
     finally:
         if feed is not None:
             feed.close()
         close_generators(grid.generators)
-        if own_cluster:
-            # compaction and the EX table need no cluster: the run's own workers (~200 MiB
-            # each) are gone before the driver reads the store
-            ray.shutdown()
+        # compaction and the EX table need no cluster: the run's own workers (~200 MiB
+        # each) are gone before the driver reads the store
+        cluster.shutdown()
         t0 = time.perf_counter()
         store.compact()
         stats.stage_s["compact"] = time.perf_counter() - t0
     stats.quarantined = list(store.quarantined)
     stats.stage_s["generate"] = gen_stage.stats.seconds
-    t0 = time.perf_counter()
-    table = ex_table(store, [c.key for c in grid.cells])
-    stats.stage_s["ex_table"] = time.perf_counter() - t0
-    stats.wall_s = time.perf_counter() - t_start
-    write_run_summary(store, stats)
-    return stats, table
+    return stats, summarize(store, grid, stats, t_start)  # 7

@@ -35,6 +35,7 @@ from typing import Any
 
 import ray
 
+from polysql_ray.errors import root_message
 from polysql_ray.pipeline.plan import ExecRequest, WorkItem
 from polysql_ray.store.parquet import BufferedWriter
 
@@ -122,7 +123,7 @@ class Scheduler:
         clock: the run's :class:`StageClock` (``execute[<engine>]``, ``score``, ``structural``).
 
     Use as a context manager: on exit the writer is flushed and the actors are killed.
-    Errors: :class:`polysql_ray.pipeline.driver.ConfigError` (via ``check_fits``) when an
+    Errors: :class:`polysql_ray.errors.ConfigError` (via ``check_fits``) when an
     engine's actors cannot fit the cluster.
     """
 
@@ -379,7 +380,6 @@ class Scheduler:
         a single statement that failed :data:`CRASH_ATTEMPTS` times is recorded as its own
         runtime failure. Returns the keys now settled."""
         from polysql_ray.engines.base import ExecStatus, ExecutionResult
-        from polysql_ray.pipeline.driver import _root_message
 
         self.stats.actor_failures += 1
         settled = []
@@ -392,10 +392,10 @@ class Scheduler:
                 continue
             self.stats.crashed += 1
             log.warning("isolated an execution that killed the %s engine process %d times: %s",
-                        engine, self.attempts[k], _root_message(exc)[:200])
+                        engine, self.attempts[k], root_message(exc)[:200])
             self.running[k] = ray.put(ExecutionResult.failure(
                 ExecStatus.RUNTIME, f"the {engine} engine process died running this statement "
-                f"({self.attempts[k]} attempts): {_root_message(exc)[:300]}"))
+                f"({self.attempts[k]} attempts): {root_message(exc)[:300]}"))
             self.attempts.pop(k, None)
             settled.append(k)
         return settled

@@ -30,9 +30,8 @@ import collections
 
 import ray
 
+from polysql_ray.config import STRUCTURAL_MODES as MODES
 from polysql_ray.pipeline.plan import WorkItem
-
-MODES = ("auto", "off", "prove", "verify")
 
 #: Typical cost of one execution in milliseconds, per engine (data, not code): embedded engines
 #: answer a Spider query in about a millisecond; servers add a round trip and a fresh session;

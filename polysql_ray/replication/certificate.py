@@ -28,9 +28,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from polysql_ray.replication.base import (
-    ColumnChecksum, ReplicationError, TableChecksum, TableSpec,
-)
+from polysql_ray.errors import ReplicationError
+from polysql_ray.replication.spec import ColumnChecksum, Manifest, TableChecksum, TableSpec
 
 _MASK = (1 << 64) - 1
 
@@ -166,6 +165,4 @@ def verify(source, tables: list[TableSpec], reader, writer, location: str) -> di
 
 def read_manifest(path: Path | str):
     """Load a manifest JSON (convenience for tools and tests)."""
-    from polysql_ray.replication.base import Manifest
-
     return Manifest.from_json(Path(path).read_text())

@@ -7,7 +7,7 @@ carried where the target supports them, never silently).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 from polysql_ray.replication.base import TableSpec
 from polysql_ray.replication.sqlite_reader import quote_ident as q
@@ -62,6 +62,16 @@ def carryable_not_null(tables: list[TableSpec], staged: Callable[[str], str], co
     return out
 
 
+def resolve_name(name: str, candidates: Iterable[str]) -> str | None:
+    """Exact match first, then the unique case-insensitive match (SQLite resolves FK targets
+    case-insensitively); None when absent or ambiguous."""
+    cands = list(candidates)
+    if name in cands:
+        return name
+    low = [c for c in cands if c.lower() == name.lower()]
+    return low[0] if len(low) == 1 else None
+
+
 def resolve_foreign_key(table: TableSpec, fk, by_name: dict[str, TableSpec]):
     """Resolve one source foreign key against the copied tables, as SQLite resolves it
     (exact name first, then the unique case-insensitive match; ``REFERENCES t`` without
@@ -71,8 +81,6 @@ def resolve_foreign_key(table: TableSpec, fk, by_name: dict[str, TableSpec]):
     constraint for the manifest; ``problem`` is None when it can be created, else the reason it
     is dropped.
     """
-    from polysql_ray.replication.postgres import resolve_name
-
     what = (f"FOREIGN KEY {table.name}({', '.join(fk.columns)}) REFERENCES "
             f"{fk.ref_table}({', '.join(fk.ref_columns)})")
     parent_name = resolve_name(fk.ref_table, by_name)

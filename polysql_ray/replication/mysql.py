@@ -46,10 +46,10 @@ from polysql_ray.datasets.example import SourceDatabase
 from polysql_ray.engines import mysql as my_engine
 from polysql_ray.engines.servers import ServerSettings, replica_name
 from polysql_ray.replication import typemap
-from polysql_ray.replication.constraints import resolve_foreign_key
 from polysql_ray.replication.base import ReplicationError, TableChecksum, TableSpec
 from polysql_ray.replication.certificate import checksum_cursor
-from polysql_ray.replication.postgres import content_fingerprint, resolve_name
+from polysql_ray.replication.constraints import resolve_foreign_key, resolve_name
+from polysql_ray.replication.postgres import content_fingerprint
 
 #: Longest VARCHAR (characters) a key column may get: 3072-byte InnoDB key / 4 bytes.
 KEY_TEXT_MAX_CHARS = 768

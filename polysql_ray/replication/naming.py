@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from polysql_ray.datasets.example import SourceDatabase
 from polysql_ray.engines.identifiers import replica_name_for
-from polysql_ray.replication.base import TableSpec
+from polysql_ray.replication.spec import TableSpec
 
 #: Schema name of single-schema sources whose reader records none on its tables.
 DEFAULT_SOURCE_SCHEMA: dict[str, str] = {"sqlite": "main", "duckdb": "main"}

@@ -97,16 +97,6 @@ def content_fingerprint(columns: list[tuple[str, str, str]],
     return h.hexdigest()
 
 
-def resolve_name(name: str, candidates: Iterable[str]) -> str | None:
-    """Exact match first, then the unique case-insensitive match (SQLite resolves FK targets
-    case-insensitively); None when absent or ambiguous."""
-    cands = list(candidates)
-    if name in cands:
-        return name
-    low = [c for c in cands if c.lower() == name.lower()]
-    return low[0] if len(low) == 1 else None
-
-
 def ensure_reader_role(settings: ServerSettings, conn) -> None:
     """Create/refresh the least-privilege reader role (admin connection ``conn``, autocommit).
 

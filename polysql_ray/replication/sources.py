@@ -15,7 +15,7 @@ from polysql_ray.replication.base import ReplicationError
 
 #: install kind -> "module:function(source, argument, settings)".
 INSTALLERS: dict[str, str] = {
-    "spiderman": "polysql_ray.datasets.spiderman:install_for_source",
+    "spiderman": "polysql_ray.replication.spiderman_source:install_for_source",
     "pg_dump": "polysql_ray.replication.postgres_source:install_dump",
 }
 

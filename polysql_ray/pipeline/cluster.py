@@ -1,0 +1,211 @@
+"""The run's Ray cluster: start or join it, keep it lean, reap it, check the run fits, shut it down.
+
+* :func:`ray_init_kwargs` / :func:`init_ray`: a NEW local cluster unless ``ray.address`` is set
+  (never an earlier ``ray start``'s), with the head processes a fixed local cluster has no use
+  for left out (:func:`_lean_head`) and a reaper (:data:`REAPER`, which inspects the driver's
+  process tree through ``/proc``) that takes the cluster down with a driver killed by ``kill -9``.
+* :class:`RunCluster`: started on the run's first need of Ray (a vLLM model, or pending work),
+  shut down as soon as the run's work on it is done when the run started it.
+* :func:`check_fits`: fail fast, with the key to change, when the execution actors would
+  reserve every CPU or ask for a custom resource no node has (Ray would wait forever).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+import ray
+
+from polysql_ray.errors import ConfigError
+
+
+def ray_init_kwargs(cfg: dict) -> dict[str, Any]:
+    """``ray.init`` arguments: a NEW local cluster (``address="local"``) unless ``ray.address``
+    is set, so a run never attaches to a cluster some earlier ``ray start`` left on the
+    machine (another user's, another venv's, a stale one). Joining is explicit:
+    ``ray.address=auto`` or ``ray.address=ray://host:10001`` (or ``RAY_ADDRESS`` via the
+    config's interpolation). ``ray.system_config`` (raylet settings, Ray's ``_system_config``)
+    applies to a local cluster only; the default keeps no idle worker process beyond 10 s
+    (``num_workers_soft_limit: 0``): Ray otherwise keeps one per CPU, and starts one more than
+    it uses when two scoring tasks arrive together (~80-240 MiB RSS each, for nothing)."""
+    rc = cfg.get("ray") or {}
+    kwargs: dict[str, Any] = {"include_dashboard": bool(rc.get("include_dashboard", False)),
+                              "log_to_driver": bool(rc.get("log_to_driver", False)),
+                              "configure_logging": True, "logging_level": logging.WARNING}
+    if rc.get("address"):
+        kwargs["address"] = str(rc["address"])
+    else:
+        kwargs["address"] = "local"
+        if rc.get("num_cpus"):
+            kwargs["num_cpus"] = int(rc["num_cpus"])
+        if rc.get("system_config"):
+            # the raylet settings of the run's own cluster (a joined cluster keeps its own)
+            kwargs["_system_config"] = dict(rc["system_config"])
+    return kwargs
+
+
+def init_ray(cfg: dict) -> bool:
+    """Start the run's own local Ray cluster, or join ``ray.address`` when set
+    (:func:`ray_init_kwargs`). A local cluster gets a reaper (:data:`REAPER`): if the driver
+    dies without shutting Ray down (``kill -9``), the cluster's processes go with it.
+    Returns True when this call started the run's own local cluster (the run shuts it down as
+    soon as its work on the cluster is done), False when it joined ``ray.address`` (the caller
+    may still use the connection) or Ray was already initialised in this process.
+
+    With ``ray.lean_head`` (default true) a local cluster starts without the head processes it
+    has no use for (:func:`_lean_head`: monitor, log monitor, dashboard API server): about
+    260 MiB of RSS and 1 s of CPU less."""
+    if ray.is_initialized():
+        return False
+    kwargs = ray_init_kwargs(cfg)
+    lean = kwargs["address"] == "local" and bool((cfg.get("ray") or {}).get("lean_head", True))
+    restore = _lean_head(log_monitor=kwargs["log_to_driver"], api_server=kwargs["include_dashboard"]) \
+        if lean else None
+    try:
+        ray.init(**kwargs)
+    finally:
+        if restore:
+            restore()
+    if kwargs["address"] == "local":
+        _start_reaper()
+        return True
+    return False
+
+
+def _lean_head(log_monitor: bool, api_server: bool = False):
+    """Make the next ``ray.init`` start a local head node without Ray's autoscaler monitor (a
+    fixed local cluster has nothing to autoscale), unless ``log_monitor`` without its log
+    monitor (it only forwards worker output to the driver, which ``log_to_driver=False`` turns
+    off), and unless ``api_server`` without the dashboard's API server (with
+    ``include_dashboard=False`` Ray still starts it, in its minimal mode, for the job-submission
+    and state APIs; a run's own local cluster is reached by nobody else); each is a Python
+    process of ~80-100 MiB. ``ray.init`` has no argument for these, so the defaults of the node
+    parameters it builds (``RayParams(no_monitor=, include_log_monitor=)``, the switches behind
+    ``ray start --no-monitor --include-log-monitor``) and the head's ``Node.start_api_server``
+    are changed until the returned function is called. Returns None (nothing changed) for a Ray
+    without them."""
+    import functools
+    import inspect
+
+    from ray._private import node, parameter
+
+    init = parameter.RayParams.__init__
+    names = inspect.signature(init).parameters
+    if "no_monitor" not in names or "include_log_monitor" not in names:
+        return None
+    start_api = getattr(node.Node, "start_api_server", None)
+    if start_api is not None and not api_server:
+        node.Node.start_api_server = lambda self, *args, **kwargs: None
+
+    @functools.wraps(init)
+    def lean_init(self, *args, **kwargs):
+        kwargs.setdefault("no_monitor", True)
+        if not log_monitor:
+            kwargs.setdefault("include_log_monitor", False)
+        init(self, *args, **kwargs)
+
+    parameter.RayParams.__init__ = lean_init
+
+    def restore() -> None:
+        parameter.RayParams.__init__ = init
+        if start_api is not None:
+            node.Node.start_api_server = start_api
+
+    return restore
+
+
+#: Runs beside a driver that started a local cluster: every second it notes the driver's
+#: descendant processes (pid + start time, from /proc); once the driver is gone it SIGKILLs the
+#: noted ones still alive (raylet, GCS, agents, workers that Ray would otherwise leave behind
+#: after ``kill -9`` of the driver). Exits quietly when nothing is left.
+REAPER = """
+import os, sys, time, signal
+from pathlib import Path
+driver = int(sys.argv[1])
+def stat(pid):
+    try:
+        f = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        return int(f[1]), f[19]
+    except (OSError, ValueError, IndexError):
+        return None
+def tree():
+    kids = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            st = stat(d.name)
+            if st:
+                kids.setdefault(st[0], []).append((int(d.name), st[1]))
+    out, todo = {}, [driver]
+    while todo:
+        for pid, t0 in kids.get(todo.pop(), []):
+            if pid not in out and pid != os.getpid():
+                out[pid] = t0
+                todo.append(pid)
+    return out
+seen = {}
+while stat(driver) is not None:
+    seen.update(tree())
+    time.sleep(1.0)
+for pid, t0 in seen.items():
+    st = stat(pid)
+    if st is not None and st[1] == t0:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+"""
+
+
+def _start_reaper() -> None:
+    import subprocess
+
+    if not os.path.isdir("/proc"):
+        return
+    subprocess.Popen([sys.executable, "-c", REAPER, str(os.getpid())],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True, close_fds=True)
+
+
+def check_fits(cfg: dict, engines: list[str]) -> None:
+    """Fail fast instead of hanging when the execution actors would reserve every CPU of the
+    cluster and leave none for a scoring task, or ask for a custom resource (``engines.<name>.
+    resources``) that no node has (Ray would wait forever). Errors: :class:`ConfigError`."""
+    have = ray.cluster_resources()
+    for e in engines:
+        for name, amount in dict(((cfg.get("engines") or {}).get(e) or {}).get("resources") or {}).items():
+            if float(have.get(name, 0.0)) < float(amount) - 1e-9:
+                raise ConfigError(
+                    f"engines.{e}.resources asks for {amount:g} of custom resource {name!r}, but the "
+                    f"Ray cluster has {float(have.get(name, 0.0)):g}: start a node with "
+                    f"resources={{\"{name}\": N}} or drop engines.{e}.resources")
+    total = have.get("CPU", 0.0)
+    reserved = sum(max(1, int(((cfg.get("engines") or {}).get(e) or {}).get("actors", 1)))
+                   * float(((cfg.get("engines") or {}).get(e) or {}).get("num_cpus", 0.5)) for e in engines)
+    need = reserved + float(cfg["pipeline"].get("score_num_cpus", 0.25))
+    if need > total + 1e-9:
+        raise ConfigError(
+            f"execution actors reserve {reserved:g} CPUs and a scoring task needs "
+            f"{cfg['pipeline'].get('score_num_cpus', 0.25)}, but the Ray cluster has {total:g}: lower "
+            f"engines.<name>.actors / engines.<name>.num_cpus or pipeline.score_num_cpus")
+
+
+class RunCluster:
+    """The Ray cluster of one run: :meth:`start` on each need (the first call starts or joins
+    it, :func:`init_ray`), :meth:`shutdown` once the run's work on it is done, which shuts it
+    down only when this run started it (a joined cluster, or a Ray this process already had,
+    is left as it was)."""
+
+    def __init__(self, cfg: dict) -> None:
+        self.cfg = cfg
+        self.own = False  # this run started a local cluster
+
+    def start(self) -> None:
+        """Start the run's own local cluster or join ``ray.address`` (no-op once Ray is up)."""
+        self.own = init_ray(self.cfg) or self.own
+
+    def shutdown(self) -> None:
+        """``ray.shutdown()`` when this run started the cluster."""
+        if self.own:
+            ray.shutdown()
