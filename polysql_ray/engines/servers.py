@@ -484,8 +484,9 @@ class ServerEngine(EngineDeclaration):
        statements that reached the server.
     5. health (innocent predictions never pay for a neighbour's runaway or a hung server):
        after a ``timeout``, :meth:`probe` runs a trivial statement on a *fresh* connection
-       within ``health_probe_s`` (setting, default :data:`HEALTH_PROBE_S`). A server that does
-       not answer makes the timeout ``unavailable`` (rescored by the next run, never the
+       within ``health_probe_s`` (setting, default :data:`HEALTH_PROBE_S`), and after an
+       ``unavailable`` too (a hung server may first fail a session command). A server that
+       does not answer makes the timeout ``unavailable`` (rescored by the next run, never the
        model's failure) and the engine *suspect*: the next statement runs only once a probe
        succeeds, probing with backoff for at most ``health_wait_s`` (default
        :data:`HEALTH_WAIT_S`) per outage; a statement that finds the server still unhealthy
@@ -611,13 +612,13 @@ class ServerEngine(EngineDeclaration):
                     ExecStatus.UNAVAILABLE, f"{self.unreachable}: the server has not answered since a "
                     f"statement timed out ({problem}); not sent", sw.elapsed)
         res = self._execute_checked(location, sql, limits)
-        if res.status is ExecStatus.TIMEOUT:
+        if res.status in (ExecStatus.TIMEOUT, ExecStatus.UNAVAILABLE):
             import time
 
             problem = self.probe()
-            if problem is not None:
-                if self._unhealthy_since is None:
-                    self._unhealthy_since = time.monotonic()
+            if problem is not None and self._unhealthy_since is None:
+                self._unhealthy_since = time.monotonic()
+            if problem is not None and res.status is ExecStatus.TIMEOUT:
                 return ExecutionResult.failure(
                     ExecStatus.UNAVAILABLE, f"{self.unreachable}: timed out while the server was not "
                     f"answering ({problem}); not the statement's timeout: {res.error}", res.elapsed_s)
