@@ -1,6 +1,6 @@
 # The polysql_ray image: Ray head and workers of kubernetes/ run this image.
 #   docker build -t REGISTRY/polysql-ray:0.1.0 .                                # CPU nodes
-#   docker build --build-arg EXTRAS=cluster,gpu -t REGISTRY/polysql-ray:0.1.0-gpu .  # + vLLM
+#   docker build --build-arg EXTRAS=cluster,engines,gpu -t REGISTRY/polysql-ray:0.1.0-gpu .  # + vLLM
 # The project is installed editable in /app because the Hydra configuration tree (conf/) is read
 # from the checkout (polysql_ray.config.CONF_DIR), not from site-packages.
 FROM python:3.11-slim
@@ -26,8 +26,9 @@ COPY polysql_ray ./polysql_ray
 COPY jobs ./jobs
 COPY conf ./conf
 
-# `cluster` adds ray[default] (dashboard, job server, the agent the probes ask); add `gpu` for vLLM
-ARG EXTRAS=cluster
+# `cluster` adds ray[default] (dashboard, job server, the agent the probes ask); `engines` every
+# engine driver (clickhouse, snowflake, bigquery; postgres/mysql are core); add `gpu` for vLLM
+ARG EXTRAS=cluster,engines
 RUN pip install --no-cache-dir -e ".[${EXTRAS}]"
 
 USER 1000

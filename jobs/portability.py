@@ -91,9 +91,16 @@ def load_rows(results_dir: str | Path) -> list[dict]:
     return list(latest.values())
 
 
+PROG = "jobs.portability"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the gold grid (unless ``report``), then print and write the summary."""
+    """Run the gold grid (unless ``report``), then print and write the summary. ``--help``
+    prints the usage (exit 0); bad input is one line through :func:`run_job` (exit 2)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help", "help") for a in args):
+        print(__doc__.split("Output:")[0].strip())
+        return 0
     report_only = bool(args) and args[0] == "report"
     if report_only:
         args = args[1:]
@@ -122,4 +129,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from polysql_ray.jobs_cli import run_job
+
+    raise SystemExit(run_job(PROG, main))

@@ -37,11 +37,12 @@ def _free(port: int) -> bool:
 
 
 class PrivateMariaDB:
-    """``mariadb-install-db`` + ``mariadbd`` on ``PORT`` in a temp folder; killed and started
-    by this test only."""
+    """``mariadb-install-db`` + ``mariadbd`` on ``port`` (default ``PORT``) in a temp folder,
+    with ``args`` added to the server's command line; killed and started by its test only."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, port: int = PORT, args: tuple[str, ...] = ()) -> None:
         self.root, self.data = root, root / "data"
+        self.port, self.args = port, tuple(args)
         self.proc: subprocess.Popen | None = None
 
     def install(self) -> None:
@@ -51,12 +52,12 @@ class PrivateMariaDB:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            ["mariadbd", "--no-defaults", f"--datadir={self.data}", f"--port={PORT}",
+            ["mariadbd", "--no-defaults", f"--datadir={self.data}", f"--port={self.port}",
              f"--socket={self.root / 'sock'}", "--user=root", "--bind-address=127.0.0.1",
-             "--skip-log-bin", f"--pid-file={self.root / 'pid'}"],
+             "--skip-log-bin", f"--pid-file={self.root / 'pid'}", *self.args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(300):
-            if not _free(PORT):
+            if not _free(self.port):
                 return
             time.sleep(0.1)
         raise RuntimeError("private MariaDB did not start")
@@ -67,17 +68,22 @@ class PrivateMariaDB:
             self.proc.wait()
 
 
-@pytest.fixture(scope="module")
-def mariadb(tmp_path_factory):
+def private_mariadb(tmp_path_factory, port: int = PORT, args: tuple[str, ...] = ()):
+    """Yield a started :class:`PrivateMariaDB` (skips when the binaries or the port are missing)."""
     if shutil.which("mariadb-install-db") is None or shutil.which("mariadbd") is None:
         pytest.skip("MariaDB binaries not installed (apt-get install mariadb-server)")
-    if not _free(PORT):
-        pytest.skip(f"port {PORT} is taken")
-    server = PrivateMariaDB(tmp_path_factory.mktemp("mariadb"))
+    if not _free(port):
+        pytest.skip(f"port {port} is taken")
+    server = PrivateMariaDB(tmp_path_factory.mktemp("mariadb"), port, args)
     server.install()
     server.start()
     yield server
     server.kill()
+
+
+@pytest.fixture(scope="module")
+def mariadb(tmp_path_factory):
+    yield from private_mariadb(tmp_path_factory)
 
 
 def _cfg(results_dir: Path, replicas: Path, *extra: str):

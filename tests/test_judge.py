@@ -70,9 +70,12 @@ def test_judge_job_over_http_caches_and_agrees(store, server, capsys):
     assert main([f"results_dir={store}", "judge=loopback_judge"]) == 0
     assert server.requests == 48 and "from cache 48" in capsys.readouterr().out
     # the leaderboard shows both taxonomies
-    from polysql_ray.reporting.snapshot import write_snapshot
+    from polysql_ray.reporting.snapshot import PublicationError, write_snapshot
 
-    snap = write_snapshot(store, store / "snap", drill=False)
+    with pytest.raises(PublicationError, match="stand-in"):  # the loopback judge is no judgement
+        write_snapshot(store, store / "snap", drill=False)
+    snap = write_snapshot(store, store / "snap", drill=False, allow_standin_judges=True)
+    assert [j["standin"] for j in snap.stats.judges if j["judge"] == "loopback-judge"] != [""]
     judged = snap.stats.judge_taxonomy_model_dialect
     assert {r["judge"] for r in judged} == {"loopback-judge"}
     assert sum(r["count"] for r in judged) == 48

@@ -156,11 +156,13 @@ def test_rayjob_entrypoint_composes_and_the_pods_meet_its_needs(path):
     groups = _groups(doc)
     # model generators that need GPUs fit the GPU group
     models = [loader("model", m) if isinstance(m, str) else m for m in (cfg["sweep"]["models"] or [cfg["model"]])]
-    gpus_needed = max([m.get("num_actors", 1) * m.get("tensor_parallel_size", 1)
-                       for m in models if m["generator"] == "vllm"] or [0])
+    gpus_needed = max([m.get("num_actors", 1) * _gpus_per_actor(m) for m in models if m["generator"] == "vllm"] or [0])
     gpus = sum(_gpus(pod) * g.get("replicas", 1) for name, g, pod in groups)
     assert gpus_needed <= gpus, (gpus_needed, gpus)
     assert (gpus_needed > 0) == (gpus > 0)  # no idle GPU nodes on a replay sweep
+    per_pod = max([_gpus(pod) for _, _, pod in groups] or [0])
+    assert all(_gpus_per_actor(m) <= per_pod for m in models if m["generator"] == "vllm")  # an actor is one pod
+    assert cfg["progress"] is True  # `ray job logs` shows a progress line every 15 s
     # every pod that runs driver, replication or execution gets the server passwords as env vars
     # from a Secret, and the object-store credentials
     needed_env = set()
@@ -176,6 +178,46 @@ def test_rayjob_entrypoint_composes_and_the_pods_meet_its_needs(path):
             secret_refs = {e["name"] for c in pod["containers"] for e in c.get("env", [])
                            if "secretKeyRef" in (e.get("valueFrom") or {})}
             assert needed_env <= secret_refs, name
+
+
+def _gpus_per_actor(model: dict) -> float:
+    """Ray ``num_gpus`` of one vLLM actor (``generation/vllm.py``: default tensor_parallel_size)."""
+    g = model.get("gpus_per_actor")
+    return float(model.get("tensor_parallel_size", 1) if g is None else g)
+
+
+def test_every_vllm_model_config_fits_the_gpu_group():
+    """The interactive cluster's GPU group can place every shipped vLLM config: each actor's
+    GPUs on one pod (tensor parallelism stays inside a node) and all its actors within the
+    group's maxReplicas."""
+    (_, cluster), = _ray_docs("RayCluster")
+    (gpu,) = [(g, pod) for name, g, pod in _groups(cluster) if name == "gpu"]
+    per_pod, most = _gpus(gpu[1]), _gpus(gpu[1]) * gpu[0]["maxReplicas"]
+    _, loader, _ = compose([])
+    checked = []
+    for path in sorted((ROOT / "conf" / "model").glob("*.yaml")):
+        m = loader("model", path.stem)
+        if m.get("generator") != "vllm":
+            continue
+        need = _gpus_per_actor(m)
+        assert need <= per_pod, (path.name, need, per_pod)
+        assert m.get("num_actors", 1) * need <= most, (path.name, most)
+        checked.append((path.stem, need))
+    assert ("qwen2_5_coder_32b", 2.0) in checked, checked
+
+
+def test_the_image_has_every_engine_driver_and_a_small_build_context():
+    optional = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    (extras,) = re.findall(r"^ARG EXTRAS=(\S+)$", (ROOT / "Dockerfile").read_text(), re.M)
+    assert "engines" in extras.split(",")
+    from polysql_ray.engines.registry import declared_engines
+
+    driver_extras = {name for name in declared_engines() if name in optional}  # clickhouse, snowflake, bigquery
+    assert driver_extras == {"clickhouse", "snowflake", "bigquery"}
+    (engines,) = optional["engines"]
+    assert set(re.fullmatch(r"polysql_ray\[(.*)\]", engines).group(1).split(",")) == driver_extras
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".git", ".venv*", "results", "replicas", "multirun"} <= set(ignored)
 
 
 def test_dockerfile_installs_the_project_with_extras_that_exist():

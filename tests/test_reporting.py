@@ -275,7 +275,7 @@ def test_json_validates_against_its_documented_schema(snapshot):
     assert described["ex_cells"]["items"]["properties"]["ex"]["description"]
 
 
-def test_gold_ceiling_paired_drop_and_rank_ties(tmp_path):
+def test_gold_portability_paired_drop_and_rank_ties(tmp_path):
     """The gold generator gives the ceiling row; a paired drop matches the hand formula; two
     models a question apart share ranks."""
     import math
@@ -296,7 +296,7 @@ def test_gold_ceiling_paired_drop_and_rank_ties(tmp_path):
                               generator="gold"))
     write_store(tmp_path, rows)
     st = compute_statistics(tmp_path)
-    ceiling = {(r["dataset"], r["dialect"]): r["ex"] for r in st.gold_ceiling}
+    ceiling = {(r["dataset"], r["dialect"]): r["ex"] for r in st.gold_portability}
     assert ceiling[("d", "duckdb")] == ceiling[("ALL", "duckdb")] == 32 / 40
     assert ceiling[("ALL", "sqlite")] == 1.0
     assert {r["model"] for r in st.ex_model_dialect} == {"m", "n"}  # gold is context, not a model

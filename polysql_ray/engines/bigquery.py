@@ -42,7 +42,8 @@ S = ExecStatus
 
 #: Default settings (conf/engine/bigquery.yaml mirrors them).
 DEFAULTS: dict[str, Any] = dict(project=None, location="US", api_endpoint=None, anonymous=False,
-                                maximum_bytes_billed=1_000_000_000, client_grace_s=10.0)
+                                credentials_file=None, maximum_bytes_billed=1_000_000_000,
+                                client_grace_s=10.0)
 
 #: BigQuery error ``reason`` (``errors[0].reason``) -> status.
 REASON_STATUS: dict[str, ExecStatus] = {
@@ -106,7 +107,10 @@ def dataset_name(dataset: str, db_id: str, tag: str = "") -> str:
 
 
 def make_client(settings: dict):
-    """A ``bigquery.Client`` from settings: ADC unless ``anonymous`` with an ``api_endpoint``.
+    """A ``bigquery.Client`` from settings: ADC (Application Default Credentials:
+    ``GOOGLE_APPLICATION_CREDENTIALS`` or ``gcloud auth application-default login``), or the
+    service-account key file ``credentials_file``, or -- only with an ``api_endpoint`` (an
+    emulator) -- ``anonymous``. No credential is ever a setting's value.
 
     Raises ValueError for ``anonymous`` without an endpoint (never against Google)."""
     from google.cloud import bigquery
@@ -122,6 +126,11 @@ def make_client(settings: dict):
         from google.auth.credentials import AnonymousCredentials
 
         kw["credentials"] = AnonymousCredentials()
+    elif settings.get("credentials_file"):
+        from google.oauth2 import service_account
+
+        kw["credentials"] = service_account.Credentials.from_service_account_file(
+            settings["credentials_file"])
     return bigquery.Client(project=settings.get("project"), location=settings.get("location"), **kw)
 
 
@@ -163,6 +172,18 @@ class BigQueryEngine(ServerEngine):
         self._client = None
         #: dry-run bytes of the last statement (reported before it ran)
         self.last_dry_run_bytes: int | None = None
+
+    def identity(self) -> dict:
+        """BigQuery publishes no server version: the endpoint and location identify it; a
+        stand-in when ``api_endpoint`` is set to anything but ``*.googleapis.com``
+        (``standin`` setting: its name). No request is made."""
+        endpoint = self.settings.get("api_endpoint")
+        real = not endpoint or "googleapis.com" in str(endpoint)
+        standin = "" if real else str(self.settings.get("standin") or f"stand-in at {endpoint}")
+        return {"product": "BigQuery", "version": "", "standin": standin,
+                "settings": {"location": str(self.settings.get("location")),
+                             "maximum_bytes_billed": str(self.settings.get("maximum_bytes_billed"))},
+                "endpoint": str(endpoint or "bigquery.googleapis.com")}
 
     @property
     def client(self):

@@ -325,7 +325,8 @@ class ClickHouseEngine(EmbeddedEngine):
     connection = ConnectionBehaviour("per-limits")
     prompt_rules = "clickhouse.yaml"
     driver_errors = (Exception,)  # chdb raises plain exceptions whose message has "Code: N"
-    #: ``module:Class`` of the server path taken when ``host`` is set (it builds on this module,
+    product = ("ClickHouse (chdb, in-process)", "chdb")
+    #: ``module:Class of the server path taken when ``host`` is set (it builds on this module,
     #: so it is named here, not imported).
     server_engine = "polysql_ray.engines.clickhouse_server:ClickHouseServerEngine"
 
@@ -342,6 +343,10 @@ class ClickHouseEngine(EmbeddedEngine):
             self._server = server_engine({"host": host, **server}, {**self.semantic, **self.resources})
         elif server:
             raise TypeError(f"unexpected clickhouse settings {sorted(server)} (server settings need host)")
+
+    def identity(self) -> dict:
+        """chdb's version, or the server's (``ClickHouseServerEngine.identity``) on the server path."""
+        return self._server.identity() if self._server is not None else super().identity()
 
     def _reader(self, limits: Limits):
         import chdb

@@ -153,6 +153,12 @@ class ClickHouseServerEngine:
                 self._clients[key] = client
             return client
 
+    def identity(self) -> dict:
+        """``SELECT version()`` on the server (admin account), ``host:port`` as the endpoint."""
+        version = self._client(True, 30.0).command("SELECT version()")
+        return {"product": "ClickHouse server", "version": str(version), "standin": "", "settings": {},
+                "endpoint": f"{self.settings.host}:{self.settings.port}"}
+
     def request_settings(self, limits: Limits) -> dict[str, object]:
         """Settings sent with every statement: sandbox, semantic/resource settings, limits."""
         from polysql_ray.engines.clickhouse import SANDBOX_SETTINGS

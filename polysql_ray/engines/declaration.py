@@ -212,6 +212,15 @@ class EngineDeclaration:
                 cls.dialect = cls.name
             register(cls)
 
+    def identity(self) -> dict:
+        """What this engine instance runs on, read from the engine at run start: ``product``
+        (``MariaDB``, ``PostgreSQL``, ``DuckDB`` ...), ``version``, ``standin`` (the stand-in's
+        name, ``""`` for the real engine), ``settings`` (result-changing server settings, name
+        -> text) and ``endpoint`` (``host:port``, recorded but not part of a score key). Server
+        engines connect (errors propagate: ``registry.engine_identity`` records them); this
+        default names the engine only."""
+        return {"product": self.name, "version": "", "standin": "", "settings": {}}
+
     @classmethod
     def missing_facts(cls) -> list[str]:
         """Facts of :data:`REQUIRED_FACTS` this class leaves undeclared (or None where a value

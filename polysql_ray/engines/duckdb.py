@@ -124,6 +124,7 @@ class DuckDBEngine(EmbeddedEngine):
     name = "duckdb"
     dialect = "duckdb"
     settings = {"threads": 1, "memory_limit": "2GB"}
+    product = ("DuckDB", "duckdb")
     # DuckDB "Rules for Case Sensitivity": case-insensitive, even when quoted
     identifiers = IdentifierRules(fold=None, tables_ci=True, columns_ci=True)
     semantics = Semantics(integer_division=False, nulls_first_asc=False, ci_equals=False, ci_like=False)

@@ -60,8 +60,22 @@ class EmbeddedEngine(EngineDeclaration):
     #: exceptions of :meth:`run` that :meth:`classify` maps to a status
     driver_errors: tuple[type[BaseException], ...] = ()
 
+    #: product name and the Python distribution whose version is the engine's (:meth:`identity`)
+    product: tuple[str, str] = ("", "")
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
+
+    def identity(self) -> dict:
+        """The in-process engine's product and library version (``declaration.identity``)."""
+        from importlib import metadata
+
+        product, dist = self.product or (self.name, "")
+        try:
+            version = metadata.version(dist) if dist else ""
+        except metadata.PackageNotFoundError:
+            version = ""
+        return {"product": product or self.name, "version": version, "standin": "", "settings": {}}
 
     # ------------------------------------------------------------------ hooks
     def refuse(self, sql: str, location: str, limits: Limits) -> ExecutionResult | None:

@@ -118,6 +118,29 @@ DENIED_FUNCTIONS: frozenset[str] = frozenset({"load_file", "sys_exec", "sys_eval
 #: Words refused anywhere in the text (ASCII-folded, lower case; see module docstring).
 DENIED_TEXT: tuple[str, ...] = ("processlist",)
 
+#: Built-in functions MySQL/MariaDB parse as functions only when the name touches its ``(``,
+#: unless ``sql_mode`` has ``IGNORE_SPACE`` (MySQL 8.0 Reference 11.2.5 "Function Name Parsing
+#: and Resolution"); ``COUNT (*)`` is then a syntax error or a stored-routine call (1064/1305/1370).
+SPACE_SENSITIVE_FUNCTIONS: frozenset[str] = frozenset({
+    "adddate", "bit_and", "bit_or", "bit_xor", "cast", "count", "curdate", "curtime", "date_add",
+    "date_sub", "extract", "group_concat", "max", "mid", "min", "now", "position", "session_user",
+    "std", "stddev", "stddev_pop", "stddev_samp", "subdate", "substr", "substring", "sum", "sysdate",
+    "system_user", "trim", "variance", "var_pop", "var_samp",
+})
+
+#: Session variables that change what a statement returns (MariaDB "Server System Variables"):
+#: read by :meth:`MySQLEngine.identity` after the engine's own ``SET SESSION``, so they are the
+#: values predictions meet; they enter every cell key scored on the server.
+RESULT_VARIABLES: tuple[str, ...] = (
+    "lower_case_table_names",   # 0: table names case-sensitive (FROM Singer misses table singer)
+    "sql_mode",                 # IGNORE_SPACE (count (*)), PIPES_AS_CONCAT, ANSI_QUOTES, ONLY_FULL_GROUP_BY
+    "collation_server", "character_set_server", "collation_connection",  # = / LIKE / GROUP BY on text
+    "div_precision_increment",  # digits of 1/3
+    "time_zone", "system_time_zone",  # NOW(), CURDATE(), TIMESTAMP values
+    "group_concat_max_len",     # GROUP_CONCAT silently truncates past it
+    "default_week_format",      # WEEK()
+)
+
 #: ``COM_RESET_CONNECTION`` (MySQL 5.7.3+, MariaDB 10.2.4+): reset the session, keep the login.
 COM_RESET_CONNECTION = 0x1F
 
@@ -288,6 +311,27 @@ class MySQLEngine(ServerEngine):
             parts.append(f"{name} = %s")
             params.append(val)
         return "SET SESSION " + ", ".join(parts), params
+
+    def identity(self) -> dict:
+        """Flavour, version and :data:`RESULT_VARIABLES` (plus any ``session_vars``) as a
+        prediction's session sees them: read on an admin connection after the engine's own
+        ``SET SESSION`` (the reader account may not exist before the first replica). Raises
+        PyMySQL's ``OperationalError`` when the server is unreachable."""
+        raw = connect_raw(self.settings, admin=True)
+        try:
+            flavour = server_flavour(raw)
+            setup, params = self._session(_Conn(raw, flavour), Limits())
+            names = list(dict.fromkeys([*RESULT_VARIABLES, *(self.settings.extra.get("session_vars") or {})]))
+            with raw.cursor() as cur:
+                cur.execute(setup, params or None)
+                # @@name: the session value where there is one (set just above), else the global
+                cur.execute("SELECT @@version, " + ", ".join(f"@@{n}" for n in names))
+                row = cur.fetchone()
+        finally:
+            raw.close()
+        return {"product": "MariaDB" if flavour == "mariadb" else "MySQL", "version": str(row[0]),
+                "standin": "", "settings": {n: str(v) for n, v in zip(names, row[1:])},
+                "endpoint": f"{self.settings.host}:{self.settings.port}"}
 
     def _kill_query(self, thread_id: int) -> None:
         """Watchdog: ``KILL QUERY <thread_id>`` from the control connection (same account: an

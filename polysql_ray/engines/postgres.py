@@ -176,6 +176,13 @@ def connect(settings: ServerSettings, admin: bool = False, dbname: str | None = 
     return psycopg.connect(autocommit=autocommit, **_connect_kwargs(settings, admin, dbname))
 
 
+#: Settings that change what a statement returns (PostgreSQL 15 docs 20.11 "Client Connection
+#: Defaults" and 24.2 "Collation Support"), read by :meth:`PostgresEngine.identity`; they enter
+#: every cell key scored on the server.
+RESULT_SETTINGS: tuple[str, ...] = ("server_encoding", "TimeZone", "DateStyle", "IntervalStyle",
+                                    "extra_float_digits", "standard_conforming_strings", "bytea_output")
+
+
 class PostgresEngine(ServerEngine):
     """PostgreSQL engine (``dialect = "postgres"``) - see the module docstring.
 
@@ -222,6 +229,19 @@ class PostgresEngine(ServerEngine):
         self.pool: ConnectionPool = ConnectionPool(self._open, lambda c: c.close(), settings.pool_size)
         self.queries = 0
         self._known_locations: set[str] = set()
+
+    def identity(self) -> dict:
+        """``server_version``, :data:`RESULT_SETTINGS` and the collation a new replica database
+        gets (``template1``'s ``datcollate``/``datctype``: text order and ``ILIKE``), read as
+        the admin role from the ``postgres`` database. Raises psycopg errors."""
+        with connect(self.settings, admin=True, dbname="postgres") as c:
+            version = c.execute("SHOW server_version").fetchone()[0]
+            values = {n: c.execute("SELECT current_setting(%s)", [n]).fetchone()[0] for n in RESULT_SETTINGS}
+            collate, ctype = c.execute("SELECT datcollate, datctype FROM pg_database "
+                                       "WHERE datname = 'template1'").fetchone()
+        return {"product": "PostgreSQL", "version": str(version), "standin": "",
+                "settings": {**values, "datcollate": str(collate), "datctype": str(ctype)},
+                "endpoint": f"{self.settings.host}:{self.settings.port}"}
 
     def _open(self, dbname: str | None = None):
         conn = connect(self.settings, dbname=dbname)

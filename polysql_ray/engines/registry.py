@@ -86,9 +86,40 @@ def engine_fingerprint(name: str, settings: dict | None = None) -> str:
     return f"{name}:" + ",".join(f"{k}={merged.get(k)}" for k in cls.semantic_settings)
 
 
+def engine_identity(name: str, settings: dict | None = None) -> dict:
+    """What engine ``name`` with ``settings`` runs on, read from the engine now
+    (``EngineDeclaration.identity``: product, version, stand-in, result-changing settings,
+    endpoint), plus ``engine``. A server that cannot be reached gives ``unreachable`` (its
+    error, one line) instead of raising: its cells then get keys of their own and nothing
+    stored under another identity is reused."""
+    engine = make_engine(name, **(settings or {}))
+    try:
+        ident = dict(engine.identity())
+    except Exception as exc:  # noqa: BLE001 - recorded: a dead server scores nothing anyway
+        ident = {"product": name, "version": "", "standin": "", "settings": {},
+                 "unreachable": " ".join(str(exc).split())[:300] or type(exc).__name__}
+    finally:
+        close = getattr(engine, "close", None)
+        if close is not None:
+            close()
+    return {"engine": name, **ident}
+
+
+def identity_fingerprint(identity: dict) -> str:
+    """16 hex digits over an :func:`engine_identity` without its ``endpoint`` (two servers
+    of the same product, version and settings give the same results) and with only the fact
+    of ``unreachable``, not its text (a message that varies must not move the key)."""
+    import hashlib
+    import json
+
+    kept = {k: (True if k == "unreachable" else v) for k, v in identity.items() if k != "endpoint"}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def make_engine(name: str, **settings) -> Engine:
     """Instantiate engine ``name`` with its default settings overridden by ``settings``."""
     cls = engine_class(name)
+    settings.pop("child_process", None)  # where the engine runs (pipeline/actors.py), not a setting of it
     merged = {**cls.settings, **settings}
     return cls(merged) if cls.takes_mapping else cls(**merged)
 

@@ -190,6 +190,24 @@ class SnowflakeEngine(ServerEngine):
         self.grace_s = float(settings.extra.get("client_grace_s", CLIENT_GRACE_S))
         self._pools: dict[float, ConnectionPool] = {}
 
+    def identity(self) -> dict:
+        """``CURRENT_VERSION()`` on an admin session; a stand-in unless ``host`` is unset or a
+        ``*.snowflakecomputing.com`` name (``standin`` setting: its name, else the endpoint).
+        Connector errors propagate."""
+        host = self.settings.host
+        real = not host or str(host).lower().endswith(".snowflakecomputing.com")
+        standin = "" if real else str(self.settings.extra.get("standin") or f"stand-in at {host}:{self.settings.port}")
+        conn = connect(self.settings, admin=True)
+        try:
+            cur = conn.cursor()
+            version = str(cur.execute("SELECT CURRENT_VERSION()").fetchone()[0])
+        finally:
+            conn.close()
+        return {"product": "Snowflake", "version": version, "standin": standin,
+                "settings": {k: str(v) for k, v in SESSION_PARAMETERS.items()},
+                "endpoint": f"{host}:{self.settings.port}" if host else
+                f"{self.settings.extra.get('account', 'polysql')}.snowflakecomputing.com"}
+
     def _pool(self, timeout_s: float) -> ConnectionPool:
         pool = self._pools.get(timeout_s)
         if pool is None:

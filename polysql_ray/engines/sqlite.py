@@ -187,6 +187,10 @@ class SqliteEngine(EmbeddedEngine):
     open_errors = (sqlite3.Error,)
     driver_errors = (sqlite3.Error, sqlite3.Warning, MemoryError)
 
+    def identity(self) -> dict:
+        """SQLite library version (``sqlite3.sqlite_version``: the C library, not the module)."""
+        return {"product": "SQLite", "version": sqlite3.sqlite_version, "standin": "", "settings": {}}
+
     def __init__(self, progress_steps: int = 1000, heap_limit_mb: int = 256):
         super().__init__()
         self.progress_steps = progress_steps

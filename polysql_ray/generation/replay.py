@@ -134,6 +134,16 @@ class ReplayGenerator:
             rows = self._align_jsonl(examples, dialect, instruction_level)
         return [self._prediction(e, r) for e, r in zip(examples, rows)]
 
+    def check(self, examples: Sequence[Example], dialects: Sequence[str]) -> None:
+        """The count checks of :meth:`generate` for ``examples`` on each of ``dialects``, run
+        when the grid is built: a file out of line with its dataset is one line before any
+        cluster starts or anything is replicated. Raises :class:`ReplayError` like ``generate``."""
+        if self.format == "lines":
+            self._align_lines(examples)
+        else:
+            for d in dialects:
+                self._align_jsonl(examples, d, "-")
+
     # -- alignment -------------------------------------------------------------------
     def _align_lines(self, examples: Sequence[Example]) -> list[_Row | None]:
         n = len(self._lines)

@@ -77,6 +77,8 @@ class Grid:
     cells: list[Cell]
     shapes: dict = field(default_factory=dict)  # (gold_sql, dialect) -> GoldShape, parsed once per run
     policy: Any = None  # the run's ComparisonPolicy, built once (build_grid) and passed as the object
+    identities: dict = field(default_factory=dict)  # engine -> engine_identity, read at run start
+    source_fps: dict = field(default_factory=dict)  # (dataset, db_id) -> source content fingerprint
 
 
 @dataclass
@@ -143,7 +145,7 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
     """
     from polysql_ray.comparison.policy import ComparisonPolicy
     from polysql_ray.datasets.registry import dataset_sources, load_dataset
-    from polysql_ray.engines.registry import engine_fingerprint, engine_for_dialect
+    from polysql_ray.engines.registry import engine_fingerprint, engine_for_dialect, identity_fingerprint
     from polysql_ray.generation.registry import make_generator
 
     sweep = cfg.get("sweep") or {}
@@ -164,6 +166,12 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
     names = [m.get("name") for m in model_cfgs]
     if any(not n for n in names) or len(set(names)) != len(names):
         raise ConfigError(f"every model needs a unique `name`; got {names}")
+    from polysql_ray.datasets.base import name_problem
+
+    for n in names:  # a model name is a folder of the store (scores/<dataset>/<model>/)
+        if name_problem(n):
+            raise ConfigError(f"model.name={n!r} cannot name a folder ({name_problem(n)}): "
+                              f"use letters, digits, '_', '-' or '.'")
 
     policy = ComparisonPolicy.from_config(cfg.get("policy") or {})
     limits_fp = Limits(**(cfg.get("limits") or {})).fingerprint() + replication_fingerprint(cfg)
@@ -174,22 +182,77 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
         if name in datasets:
             raise ConfigError(f"dataset {name!r} listed twice in the sweep")
         datasets[name], sources[name] = examples, srcs
+    identities, source_fps = run_identities(cfg, dialects, sources)
     generators = {m["name"]: make_generator(m) for m in model_cfgs}
+    for m in model_cfgs:  # prediction files out of line: one line now, before Ray starts
+        gen, only = generators[m["name"]], m.get("dialects")
+        if callable(getattr(gen, "check", None)):
+            for ds, examples in datasets.items():
+                gen.check(examples, [d for d in dialects if not only or d in only])
     cells = []
     for m in model_cfgs:
         gen = generators[m["name"]]
         fp = gen.fingerprint()
+        only = m.get("dialects")  # a model whose SQL is written for some dialects only
         for ds in datasets:
             for dialect in dialects:
+                if only and dialect not in only:
+                    continue
+                engine = engine_for_dialect(dialect)
+                # the servers the cell's SQL meets, as read at run start: target and sources
+                served = "|id-" + "+".join(identity_fingerprint(identities[e]) for e in
+                                           [engine, *sorted({src.engine for src in sources[ds]})])
                 for level in (levels if getattr(gen, "uses_prompts", False) else ["-"]):
                     cells.append(Cell(
                         key=cell_key(m["name"], fp, ds, dialect, level, policy.fingerprint(),
-                                     limits_fp + engine_fingerprint(engine_for_dialect(dialect),
-                                                                    _engine_settings(cfg, engine_for_dialect(dialect)))),
+                                     limits_fp + engine_fingerprint(engine, _engine_settings(cfg, engine)) + served),
                         model=m["name"], generator=m.get("generator", "?"), generator_fingerprint=fp,
-                        dataset=ds, dialect=dialect, target_engine=engine_for_dialect(dialect),
+                        dataset=ds, dialect=dialect, target_engine=engine,
                         instruction_level=level))
-    return Grid(datasets, sources, model_cfgs, generators, dialects, levels, cells, policy=policy)
+    return Grid(datasets, sources, model_cfgs, generators, dialects, levels, cells, policy=policy,
+                identities=identities, source_fps=source_fps)
+
+
+def run_identities(cfg: dict, dialects: list[str], sources: dict) -> tuple[dict, dict]:
+    """What the run's SQL will meet, read now (run start): ``{engine: engine_identity}`` for
+    every target engine of ``dialects`` and every source engine of ``sources``, and
+    ``{(dataset, db_id): source content fingerprint}``
+    (:func:`polysql_ray.replication.sources.source_fingerprint`). Both enter the score keys:
+    a server with another version or result-changing setting, or a fixed source, is rescored."""
+    from polysql_ray.engines.registry import engine_for_dialect, engine_identity
+    from polysql_ray.replication.sources import source_fingerprint
+
+    engines = sorted({engine_for_dialect(d) for d in dialects} | {s.engine for ss in sources.values() for s in ss})
+    identities = {e: engine_identity(e, _engine_settings(cfg, e)) for e in engines}
+    fps = {(ds, s.db_id): source_fingerprint(s, _server_settings(cfg, s.engine))
+           for ds, ss in sources.items() for s in ss}
+    return identities, fps
+
+
+def identity_warnings(grid: Grid) -> list[str]:
+    """One line per target engine whose server setting is known to break name resolution for
+    a source of the sweep: table names case-sensitive on the server (MySQL/MariaDB
+    ``lower_case_table_names=0``) while the source resolves them in any case (SQLite), so gold
+    SQL written as ``FROM Singer`` for table ``singer`` fails there (Spider gold on MariaDB:
+    70% instead of 96%). Each line names the fix."""
+    from polysql_ray.engines.registry import engine_spec
+
+    out = []
+    for engine in sorted({c.target_engine for c in grid.cells}):
+        ident = grid.identities.get(engine) or {}
+        lctn = (ident.get("settings") or {}).get("lower_case_table_names")
+        rules = engine_spec(engine).identifiers
+        if lctn is None or rules is None or rules.tables_ci is not None or rules.case_insensitive("table", int(lctn)):
+            continue
+        srcs = sorted({s.engine for c in grid.cells if c.target_engine == engine for s in grid.sources[c.dataset]
+                       if (engine_spec(s.engine).identifiers or rules).case_insensitive("table")})
+        if srcs:
+            out.append(f"{engine} ({ident.get('product')} {ident.get('version')} at {ident.get('endpoint', '?')}) "
+                       f"runs with lower_case_table_names={lctn}: table names are case-sensitive there but "
+                       f"not on the {'/'.join(srcs)} source, so SQL such as `FROM Singer` for table singer fails "
+                       f"(Spider gold ~70% instead of ~96%); restart the server with --lower-case-table-names=1 "
+                       f"and rerun (scores under the new setting are keyed apart and rescored)")
+    return out
 
 
 # ----------------------------------------------------------------------- 2. pending work
@@ -197,9 +260,12 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
 def score_keys(grid: Grid, cell: Cell) -> list[str]:
     """The store key of every (cell, question), in example order. A clock-dependent gold
     (``datasets.clock``, any dataset) is keyed by the clock value it reads, so a score
-    computed under another clock value is never reused."""
-    return [score_key(cell.key, ex.question_id if not ex.extra.get("clock")
-                      else f"{ex.question_id}@{ex.extra['clock']}") for ex in grid.datasets[cell.dataset]]
+    computed under another clock value is never reused; every key carries the content
+    fingerprint of the question's source database (``grid.source_fps``), so a fixed source
+    is rescored."""
+    fps = grid.source_fps
+    return [score_key(cell.key, (ex.question_id if not ex.extra.get("clock") else f"{ex.question_id}@{ex.extra['clock']}")
+                      + f"@src-{fps.get((cell.dataset, ex.db_id), '')}") for ex in grid.datasets[cell.dataset]]
 
 
 #: Questions whose stored keys :func:`pending_work` asks the store for at a time.
@@ -559,6 +625,8 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
     chunk = max(1, min(window // 2 or 1, int(pcfg.get("plan_chunk_items", 2_000))))
     mode = str(pcfg.get("structural_check", "auto"))
     grid = build_grid(cfg, conf_loader)  # 1
+    for line in identity_warnings(grid):
+        print(f"polysql_ray: warning: {line}", file=sys.stderr)
     stats.cells = len(grid.cells)
     store.write_run(run_id, run_manifest(cfg, grid, grid.policy), config_yaml)
     gen_stage = GenerationStage(GenerationsStore(cfg["results_dir"], cfg.get("store")))

@@ -36,7 +36,7 @@ class Progress:
         self.enabled = enabled
         self.bars = enabled and self.console.is_terminal
         self.interval_s = float(interval_s)
-        self._p = (_RichProgress(TextColumn("{task.description:<20}"), BarColumn(), MofNCompleteColumn(),
+        self._p = (_RichProgress(TextColumn("{task.description:<20}", markup=False), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=self.console, transient=False)
                    if self.bars else None)
         self._tasks: list[list] = []  # [stage, done, total] for line mode

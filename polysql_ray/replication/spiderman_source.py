@@ -80,6 +80,18 @@ def install_sources(root: Path | str, settings: ServerSettings | dict | None = N
 _INSTALLED: dict[tuple, bool] = {}
 
 
+def install_fingerprint(source: SourceDatabase, root: str) -> str:
+    """sha256 over the files of ``<root>/databases/<db_id>/`` (relative names and bytes, in
+    sorted order): what :func:`install_for_source` would install (``replication.sources``)."""
+    import hashlib
+
+    folder = Path(root) / "databases" / source.db_id
+    h = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(f.relative_to(folder).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def install_for_source(source: SourceDatabase, root: str, settings: dict | None = None) -> bool:
     """Installer of ``replication.sources`` (``install="spiderman:<root>"``): install the
     source's database with the run's MySQL ``settings``, once per process; returns reused."""

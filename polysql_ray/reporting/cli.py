@@ -16,6 +16,8 @@ CONFIG_KEYS = {
     "policy_version": (None, lambda v: None if v is None else as_text(v)),
     # generators to leave out: exclude_generators=[gold] (default) or exclude_generators=[] to keep all
     "exclude_generators": (list(_DEFAULT.exclude_generators), lambda v: tuple(as_list(v))),
+    # pool dialects scored on a stand-in engine into the leaderboard's means (default: badged, not pooled)
+    "include_standins": (_DEFAULT.include_standins, lambda v: as_text(v).lower() in ("true", "1", "yes")),
 }
 
 

@@ -7,6 +7,7 @@ cells are never cut (they fold onto a second line instead).
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .views import Column, View
@@ -46,17 +47,19 @@ def column_groups(v: View, width: int) -> list[tuple[Column, ...]]:
 
 
 def view_tables(v: View, width: int) -> list[Table]:
-    """Rich tables of a view that fit ``width`` columns (numbers right-aligned)."""
+    """Rich tables of a view that fit ``width`` columns (numbers right-aligned). Every text is
+    escaped: a ``[stand-in]`` badge or a ``[sqlite]`` is text, never rich markup."""
     groups = column_groups(v, width)
     out = []
     for i, cols in enumerate(groups):
         title = v.title if len(groups) == 1 else f"{v.title} ({i + 1}/{len(groups)})"
-        t = Table(title=title, caption=v.note if i == len(groups) - 1 else None, show_lines=False)
+        t = Table(title=escape(title), caption=escape(v.note) if i == len(groups) - 1 else None,
+                  show_lines=False)
         for c in cols:
-            t.add_column(c.header, justify="left" if c.kind == "text" else "right",
+            t.add_column(escape(c.header), justify="left" if c.kind == "text" else "right",
                          overflow="fold")
         for r in v.rows:
-            t.add_row(*(c.format(r) for c in cols))
+            t.add_row(*(escape(c.format(r)) for c in cols))
         out.append(t)
     return out
 

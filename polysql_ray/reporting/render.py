@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from polysql_ray.statistics.summary import Statistics
 
-from .views import View, all_views, cells_csv_columns, cells_view
+from .views import STANDIN_BADGE, View, all_views, cells_csv_columns, cells_view
 
 
 def fixed(x: float) -> str:
@@ -155,7 +155,14 @@ figure { margin: 0; max-width: 100%; }
 img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: 13px; color: #555; }
 .note { color: #555; font-size: 13px; }
+.badge { background: #b00020; color: #fff; border-radius: 3px; padding: 0 4px; font-size: 11px;
+         font-weight: bold; white-space: nowrap; }
 """
+
+
+def _badged(text: str) -> str:
+    """Escaped ``text`` with :data:`STANDIN_BADGE` drawn as a red badge."""
+    return html.escape(text).replace(html.escape(STANDIN_BADGE), '<span class="badge">stand-in</span>')
 
 
 def _sort_value(x: object) -> str:
@@ -176,17 +183,17 @@ def _cell_html(c, r: dict) -> str:
     raw = r.get(c.key)
     if c.kind == "link" and isinstance(raw, (tuple, list)) and len(raw) == 2:
         return f'<a href="{html.escape(str(raw[1]))}">{html.escape(str(raw[0]))}</a>'
-    return html.escape(c.format(r))
+    return _badged(c.format(r))
 
 
 def view_html(v: View) -> str:
     """One view as an HTML section with a sortable table (click a header to sort)."""
     out = [f'<section id="{html.escape(v.slug)}"><h2>{html.escape(v.title)}</h2>',
-           f'<p class="note">{html.escape(v.note)}</p>']
+           f'<p class="note">{_badged(v.note)}</p>']
     if not v.rows:
         return "\n".join(out + ["<p>(no data)</p></section>"])
     out.append(f'<table class="sortable" data-view="{html.escape(v.slug)}"><thead><tr>')
-    out += [f'<th onclick="sortTable(this)">{html.escape(c.header)}</th>' for c in v.columns]
+    out += [f'<th onclick="sortTable(this)">{_badged(c.header)}</th>' for c in v.columns]
     out.append("</tr></thead><tbody>")
     for r in v.rows:
         attrs = "".join(f' data-{a}="{html.escape(str(r[k]))}"' for k, a in FILTER_KEYS.items()
@@ -229,7 +236,8 @@ def render_html(st: Statistics, store_sha256: str, figures: Sequence[tuple[str, 
                    f'(<a href="{html.escape(f)}">full size</a>)</figcaption></figure>'
                    for f, cap in figures)
     views = all_views(st)
-    first, rest = view_html(views[0]), "\n".join(view_html(v) for v in views[1:])
+    # the leaderboard and where each dialect ran (engines, stand-ins) come before the figures
+    first, rest = "\n".join(view_html(v) for v in views[:2]), "\n".join(view_html(v) for v in views[2:])
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<title>polysql_ray leaderboard</title>"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 #: Version of the document layout (bumped when a table or field changes meaning).
-SCHEMA_VERSION = "polysql-leaderboard/2"
+SCHEMA_VERSION = "polysql-leaderboard/3"  # 3: gold_portability (was gold_ceiling), provenance, judges
 
 #: What each table holds (keys of ``tables``).
 TABLES = {
@@ -17,7 +17,8 @@ TABLES = {
     "ex_model_dialect": "EX per (model, dialect), pooled over datasets and instruction levels.",
     "ex_dialect": "EX per dialect, pooled over everything.",
     "ex_dataset": "EX per (dataset, model, dialect), pooled over instruction levels.",
-    "gold_ceiling": "EX of the gold SQL itself per (dataset, dialect); dataset ALL = pooled.",
+    "gold_portability": "EX of the gold SQL itself per (dataset, dialect); dataset ALL = pooled. "
+                        "The gold SQL's portability: a reference, not a bound (models can exceed it).",
     "drops": "EX drop from the baseline dialect per cell (unpaired).",
     "drops_model": "EX drop from the baseline dialect per (model, dialect), pooled (unpaired).",
     "drops_paired": "Drop from the baseline on paired questions with a paired Wald CI.",
@@ -31,6 +32,13 @@ TABLES = {
     "taxonomy_model_dialect": "Rule-based error classes per (model, dialect).",
     "judge_taxonomy_model_dialect": "Judge-based error families per (judge, model, dialect).",
     "judge_agreement": "Judged failures counted by rule family x judge family.",
+    "provenance": "Per dialect and engine identity: product, version, stand-in (empty = the real "
+                  "engine), result-changing settings and limits, as the runs recorded them at start.",
+    "format_artefacts": "Per cell: failures (n), and those flagged as format artefacts: fn_space (a space "
+                        "before a function's parenthesis the server refuses, count ( * )), identifier_case "
+                        "(a name that exists in the source only in another case).",
+    "judges": "Each judge's identity: generator, model id, revision, fingerprint, stand-in (empty = real).",
+    "native_gold_agreement": "Share of independently written native gold called correct, per (dataset, dialect).",
 }
 
 #: Meaning of fields that recur across tables.
@@ -55,6 +63,9 @@ FIELDS = {
     "n_unflagged": "questions in n whose row carries no ambiguity flag",
     "correct_unflagged": "passing predictions among n_unflagged",
     "ex_unflagged": "EX over the unflagged questions, fraction in [0, 1]",
+    "fn_space": "failures with a space before a function's '(' that the server's sql_mode refuses",
+    "identifier_case": "failures on a name that exists in the source only in another case",
+    "standin": "the stand-in that answered instead of the real engine or judge; empty = real",
 }
 
 

@@ -43,9 +43,13 @@ class Snapshot:
     files: dict[str, Path]
 
 
+class PublicationError(ValueError):
+    """The snapshot would publish a stand-in judge's figures without the explicit opt-in."""
+
+
 def write_snapshot(results_dir: str | Path, out_dir: str | Path,
                    config: StatsConfig = StatsConfig(), figures: bool = True,
-                   drill: bool = True) -> Snapshot:
+                   drill: bool = True, allow_standin_judges: bool = False) -> Snapshot:
     """Compute statistics of ``results_dir`` and write the snapshot into ``out_dir``.
 
     Args:
@@ -54,13 +58,23 @@ def write_snapshot(results_dir: str | Path, out_dir: str | Path,
         config: statistics knobs (baseline dialect, alpha, CI method ...).
         figures: also draw the PNG figures (and show them in the HTML page).
         drill: also write the per-question drill-down pages.
+        allow_standin_judges: publish figures of a stand-in judge (labelled as one); without
+            it such a snapshot is refused before anything is written.
 
     Raises:
         FileNotFoundError: the store has no Parquet file.
+        PublicationError: a judge of the store is a stand-in and ``allow_standin_judges`` is False.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     st = compute_statistics(results_dir, config)
+    fake = [j for j in st.judges if j.get("standin")]
+    if fake and not allow_standin_judges and (st.judge_taxonomy_model_dialect or st.judge_agreement):
+        j = fake[0]
+        raise PublicationError(
+            f"judge {j['judge']!r} is a stand-in ({j['standin']}): its error families are not "
+            f"judgements; set allow_standin_judges=true to publish them labelled as a stand-in, or "
+            f"judge with a real model (python -m jobs.judge judge=...)")
+    out.mkdir(parents=True, exist_ok=True)
     digest = store_sha256(results_dir)
     files: dict[str, Path] = {}
     figs = list(FIGURES) if figures else []

@@ -127,8 +127,24 @@ def dialect_order(st: Statistics) -> list[str]:
     return ([base] if base in order else []) + [d for d in order if d != base]
 
 
-#: Leaderboard row label of the gold-portability ceiling.
-GOLD_ROW = "(gold SQL: ceiling)"
+#: Leaderboard row label of the gold SQL run on every dialect: its portability, a reference
+#: (models that write the target dialect's SQL can exceed it), not a bound.
+GOLD_ROW = "(gold SQL portability: reference, not a bound)"
+
+#: Marker after a dialect or judge that ran on a stand-in (renderers may style it as a badge).
+STANDIN_BADGE = "[stand-in]"
+
+
+def standins(st: Statistics) -> dict[str, str]:
+    """``{dialect: stand-in}`` of the dialects scored on a stand-in engine (``st.provenance``)."""
+    from polysql_ray.statistics.provenance import standin_dialects
+
+    return standin_dialects(getattr(st, "provenance", None) or [])
+
+
+def dialect_label(d: str, fake: dict[str, str]) -> str:
+    """A dialect's name, with :data:`STANDIN_BADGE` when it ran on a stand-in."""
+    return f"{d} {STANDIN_BADGE}" if d in fake else d
 
 
 def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
@@ -138,12 +154,14 @@ def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
         with_ci: add a 95% CI column per dialect (False gives a terminal-width table).
     """
     dialects = dialect_order(st)
+    fake = standins(st)
+    pooled = [d for d in dialects if st.config.include_standins or d not in fake]  # the means' dialects
     by_model: dict[str, dict] = defaultdict(dict)
     for r in st.ex_model_dialect:
         by_model[r["model"]][r["dialect"]] = r
     drops = defaultdict(list)
     for d in st.drops_model:
-        if _num(d["drop_points"]):
+        if _num(d["drop_points"]) and d["dialect"] in pooled:
             drops[d["model"]].append(d["drop_points"])
     rows = []
     for model, cells in by_model.items():
@@ -153,7 +171,7 @@ def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
             row[f"ex:{d}"] = c["ex"] if c else None
             row[f"ci:{d}"] = (c["ex_lo"], c["ex_hi"]) if c else None
         row["mean_drop"] = sum(drops[model]) / len(drops[model]) if drops[model] else None
-        vals = [row[f"ex:{d}"] for d in dialects if _num(row[f"ex:{d}"])]
+        vals = [row[f"ex:{d}"] for d in pooled if _num(row[f"ex:{d}"])]
         row["mean_ex"] = sum(vals) / len(vals) if vals else None
         rows.append(row)
     base = st.config.baseline
@@ -163,49 +181,79 @@ def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
         return (-(b if _num(b) else (r["mean_ex"] if _num(r["mean_ex"]) else -1.0)), r["model"])
 
     rows.sort(key=order)
-    gold = {r["dialect"]: r for r in st.gold_ceiling if r["dataset"] == "ALL"}
-    if gold:  # the ceiling as context, always last
+    gold = {r["dialect"]: r for r in st.gold_portability if r["dataset"] == "ALL"}
+    if gold:  # the gold's portability as context, always last
         row = {"model": GOLD_ROW}
         for d in dialects:
             c = gold.get(d)
             row[f"ex:{d}"] = c["ex"] if c else None
             row[f"ci:{d}"] = (c["ex_lo"], c["ex_hi"]) if c else None
-        vals = [row[f"ex:{d}"] for d in dialects if _num(row[f"ex:{d}"])]
+        vals = [row[f"ex:{d}"] for d in pooled if _num(row[f"ex:{d}"])]
         row["mean_ex"] = sum(vals) / len(vals) if vals else None
         b = row.get(f"ex:{base}")
-        drops_g = [100 * (b - row[f"ex:{d}"]) for d in dialects
+        drops_g = [100 * (b - row[f"ex:{d}"]) for d in pooled
                    if d != base and _num(b) and _num(row[f"ex:{d}"])]
         row["mean_drop"] = sum(drops_g) / len(drops_g) if drops_g else None
         rows.append(row)
     cols = [Column("Model", "model")]
     for d in dialects:
-        cols.append(Column(f"{d} EX %" if with_ci else d, f"ex:{d}", "pct"))
+        label = dialect_label(d, fake)
+        cols.append(Column(f"{label} EX %" if with_ci else label, f"ex:{d}", "pct"))
         if with_ci:
             cols.append(Column(f"{d} 95% CI", f"ci:{d}", "ci"))
     cols += [Column("Mean EX %", "mean_ex", "pct"),
              Column(f"Mean drop vs {base} (pts)" if with_ci else "Drop (pts)", "mean_drop", "pts")]
+    left_out = [d for d in dialects if d not in pooled]
     return View("leaderboard", "Leaderboard: EX % (pooled over datasets and instruction levels)",
                 f"EX = correct / scored questions, gold errors excluded; sorted by {base} EX. "
                 f"Drop = {base} EX minus dialect EX, in percentage points. Last row: the gold SQL "
-                f"itself on each dialect (not a model): the ceiling a {base}-written query reaches.",
+                f"itself on each dialect (not a model): its portability, a reference and not a bound "
+                f"(a model writing the dialect's own SQL can exceed it). "
+                + (f"{STANDIN_BADGE}: scored on a stand-in, not the real engine ({', '.join(f'{d}: {fake[d]}' for d in left_out)}); "
+                   f"left out of the means (include_standins=true pools them)." if left_out else "")
+                + ("Stand-in dialects are pooled in the means (include_standins=true)." if fake and not left_out else "")
+                + " Where each dialect ran: see 'Engines'.",
                 tuple(cols), tuple(rows))
+
+
+def provenance_view(st: Statistics) -> View:
+    """Where each dialect ran: engine product and version, real or stand-in, settings, limits."""
+    rows = tuple({**r, "kind": f"{STANDIN_BADGE} {r['standin']}" if r.get("standin") else "real"}
+                 for r in getattr(st, "provenance", None) or [])
+    cols = (Column("Dialect", "dialect"), Column("Engine", "engine"), Column("Product", "product"),
+            Column("Version", "version"), Column("Real or stand-in", "kind"), Column("Endpoint", "endpoint"),
+            Column("Result-changing settings", "settings"), Column("Limits", "limits"),
+            Column("Runs", "runs", "int"), Column("Last run", "last_run"))
+    return View("engines", "Engines: where each dialect ran",
+                "As each run read it from the engine at its start (runs/<id>/manifest.json). A stand-in "
+                "answers in place of the real engine (DuckDB underneath for fakesnow and bqemulator): it "
+                "accepts SQL the real engine may refuse, so its EX is not the dialect's. Two rows for one "
+                "dialect: its scores come from runs on different engines or settings.", cols, rows)
 
 
 def cells_view(st: Statistics) -> View:
     """Long table: one row per (model, dataset, instruction level, dialect)."""
     drops = {(d["model"], d["dataset"], d["instruction_level"], d["dialect"]): d
              for d in st.drops}
+    ran_on = engine_text(st)
+    art = {(a["model"], a["dataset"], a["instruction_level"], a["dialect"]): a
+           for a in getattr(st, "format_artefacts", None) or []}
     rows = []
     for r in st.ex_cells:
-        d = drops.get((r["model"], r["dataset"], r["instruction_level"], r["dialect"]), {})
-        rows.append({**r, "ci": (r["ex_lo"], r["ex_hi"]),
+        cell = (r["model"], r["dataset"], r["instruction_level"], r["dialect"])
+        d = drops.get(cell, {})
+        a = art.get(cell, {})
+        rows.append({**r, **ran_on.get(r["dialect"], {"engine": "unrecorded", "engine_version": "", "standin": ""}),
+                     "fn_space": a.get("fn_space", 0), "identifier_case": a.get("identifier_case", 0),
+                     "ci": (r["ex_lo"], r["ex_hi"]),
                      "ci_nt": (r["ex_no_timeout_lo"], r["ex_no_timeout_hi"]),
                      "drill": (f"{r['n'] - r['correct']} wrong", drill_href(r)),
                      "drop_points": d.get("drop_points"), "drop_relative": d.get("drop_relative")})
     rows.sort(key=lambda r: (r["dataset"], r["instruction_level"], r["dialect"],
                              -(r["ex"] if _num(r["ex"]) else -1.0), r["model"]))
     cols = (Column("Dataset", "dataset"), Column("Level", "instruction_level"),
-            Column("Dialect", "dialect"), Column("Model", "model"), Column("n", "n", "int"),
+            Column("Dialect", "dialect"), Column("Engine", "engine_label"), Column("Model", "model"),
+            Column("n", "n", "int"),
             Column("Correct", "correct", "int"), Column("Questions", "drill", "link"),
             Column("EX %", "ex", "pct"),
             Column("95% CI", "ci", "ci"), Column("Gold errors", "gold_errors", "int"),
@@ -213,14 +261,50 @@ def cells_view(st: Statistics) -> View:
             Column("EX % w/o timeouts", "ex_no_timeout", "pct"),
             Column("Inconclusive", "inconclusive", "int"),
             Column("EX % unflagged", "ex_unflagged", "pct"),
+            Column("Fn spacing", "fn_space", "int"), Column("Identifier case", "identifier_case", "int"),
             Column(f"Drop vs {st.config.baseline} (pts)", "drop_points", "pts"),
             Column("Relative drop %", "drop_relative", "pct"))
     return View("cells", "Execution accuracy per cell",
                 "n excludes gold errors (not the model's fault) and unavailable engines; "
                 "timeouts count as wrong in EX and are excluded in the 'w/o timeouts' column; "
                 "'EX % unflagged' counts only questions whose row carries no ambiguity flag "
-                "(README: flags), beside EX over all.",
+                "(README: flags), beside EX over all. 'Fn spacing' and 'Identifier case': failures "
+                "that are format artefacts (see 'Format artefacts').",
                 cols, tuple(rows))
+
+
+def artefacts_view(st: Statistics) -> View:
+    """Failures per cell that come from how the SQL is written (statistics.artefacts)."""
+    from polysql_ray.statistics.artefacts import FLAGS
+
+    rows = tuple({**r, "share_fn": r["fn_space"] / r["failures"] if r["failures"] else None,
+                  "share_case": r["identifier_case"] / r["failures"] if r["failures"] else None}
+                 for r in getattr(st, "format_artefacts", None) or [] if r["fn_space"] or r["identifier_case"])
+    cols = (Column("Dataset", "dataset"), Column("Level", "instruction_level"), Column("Dialect", "dialect"),
+            Column("Model", "model"), Column("Failures", "failures", "int"),
+            Column("Fn spacing", "fn_space", "int"), Column("% of failures", "share_fn", "pct"),
+            Column("Identifier case", "identifier_case", "int"), Column("% of failures ", "share_case", "pct"))
+    return View("format-artefacts", "Format artefacts: failures from how the SQL is written",
+                "Counted among the failures, never changing a verdict, so tokenisation habits can be told "
+                f"from dialect errors. Fn spacing: {FLAGS['fn_space']}. Identifier case: "
+                f"{FLAGS['identifier_case']}. Cells without either are not listed.", cols, rows)
+
+
+def engine_text(st: Statistics) -> dict[str, dict]:
+    """``{dialect: {engine, engine_version, standin, engine_label}}`` from ``st.provenance``
+    (several identities of one dialect joined with `` / ``)."""
+    out: dict[str, dict] = {}
+    for p in getattr(st, "provenance", None) or []:
+        row = out.setdefault(str(p["dialect"]), {"engine": [], "engine_version": [], "standin": []})
+        for k, v in (("engine", p.get("product")), ("engine_version", p.get("version")), ("standin", p.get("standin"))):
+            if v and v not in row[k]:
+                row[k].append(v)
+    for row in out.values():
+        for k in ("engine", "engine_version", "standin"):
+            row[k] = " / ".join(row[k])
+        row["engine_label"] = f"{row['engine']} {row['engine_version']}".strip() + (
+            f" {STANDIN_BADGE}" if row["standin"] else "")
+    return out
 
 
 def drill_href(cell: dict) -> str:
@@ -231,14 +315,15 @@ def drill_href(cell: dict) -> str:
     return "drill/" + "__".join(re.sub(r"[^A-Za-z0-9._-]+", "_", p) for p in parts) + ".html"
 
 
-def gold_ceiling_view(st: Statistics) -> View:
+def gold_portability_view(st: Statistics) -> View:
     """EX of the gold SQL itself on each dialect: the context of every model's drop."""
     cols = (Column("Dataset", "dataset"), Column("Dialect", "dialect"), Column("n", "n", "int"),
             Column("Gold SQL EX %", "ex", "pct"), Column("95% CI", "ci", "ci"))
-    rows = tuple({**r, "ci": (r["ex_lo"], r["ex_hi"])} for r in st.gold_ceiling)
-    return View("gold-ceiling", "Gold-portability ceiling: the gold SQL run on each dialect",
+    rows = tuple({**r, "ci": (r["ex_lo"], r["ex_hi"])} for r in st.gold_portability)
+    return View("gold-portability", "Gold SQL portability: the gold SQL run unchanged on each dialect",
                 "The gold SQL is written for the source dialect; its EX elsewhere is how much of it "
-                "survives the dialect change unchanged. A model's drop up to the gold's own drop "
+                "survives the dialect change unchanged. A reference, not a bound: a model that writes "
+                "the target dialect's own SQL can exceed it. A model's drop up to the gold's own drop "
                 "reflects source-dialect habits shared with the gold, not worse reasoning. "
                 "Empty when the gold generator was not run (add {name: gold, generator: gold}).",
                 cols, rows)
@@ -357,29 +442,45 @@ def taxonomy_view(st: Statistics) -> View:
 
 
 def judge_views(st: Statistics) -> list[View]:
-    """Judge-based error families per (model, dialect) and their agreement with the rules."""
+    """Judge-based error families per (model, dialect) and their agreement with the rules;
+    each judge named with its identity, a stand-in judge badged."""
+    ident = {j["judge"]: j for j in getattr(st, "judges", None) or []}
+
+    def named(rows):
+        out = []
+        for r in rows:
+            j = ident.get(r["judge"], {})
+            label = r["judge"] + (f" {STANDIN_BADGE}" if j.get("standin") else "")
+            out.append({**r, "judge": label})
+        return tuple(out)
+
+    fake = sorted(n for n, j in ident.items() if j.get("standin"))
+    who = "; ".join(f"{n}: {j.get('generator')} {j.get('model_id')}"
+                    + (f" ({STANDIN_BADGE} {j['standin']})" if j.get("standin") else "") for n, j in sorted(ident.items()))
+    warn = (f" {', '.join(fake)} {'is a stand-in' if len(fake) == 1 else 'are stand-ins'}: "
+            "its families and agreement test the judge job's plumbing, not judgement." if fake else "")
     per = View("judge-taxonomy", "Error taxonomy (judge-based, share of judged failures)",
-               "An LLM judge picks the first that applies of: schema linking, filtering, aggregation, "
+               "A judge model picks the first that applies of: schema linking, filtering, aggregation, "
                "dialect syntax, invalid evaluation (logic before syntax). Empty until "
-               "`python -m jobs.judge` has run.",
+               "`python -m jobs.judge` has run." + (f" Judges: {who}." if who else "") + warn,
                (Column("Judge", "judge"), Column("Model", "model"), Column("Dialect", "dialect"),
                 Column("Family", "family"), Column("Count", "count", "int"),
                 Column("% of judged failures", "share", "pct")),
-               tuple(st.judge_taxonomy_model_dialect))
+               named(st.judge_taxonomy_model_dialect))
     agree = View("judge-agreement", "Judge vs rule-based families",
                  "Counts of judged failures by rule family (rows) and judge family; the diagonal "
                  "is agreement.",
                  (Column("Judge", "judge"), Column("Rule family", "rule_family"),
                   Column("Judge family", "judge_family"), Column("Count", "count", "int")),
-                 tuple(st.judge_agreement))
+                 named(st.judge_agreement))
     return [per, agree]
 
 
 def all_views(st: Statistics) -> list[View]:
     """Every view, in report order."""
-    return [leaderboard_view(st), gold_ceiling_view(st), drops_view(st), paired_drops_view(st),
+    return [leaderboard_view(st), provenance_view(st), gold_portability_view(st), drops_view(st), paired_drops_view(st),
             dataset_view(st), hierarchy_view(st), *pairwise_views(st), *rank_views(st),
-            taxonomy_view(st), *judge_views(st), cells_view(st)]
+            taxonomy_view(st), artefacts_view(st), *judge_views(st), cells_view(st)]
 
 
 def cells_csv_columns() -> Sequence[str]:
@@ -387,4 +488,5 @@ def cells_csv_columns() -> Sequence[str]:
     return ("model", "dataset", "instruction_level", "dialect", "n_total", "gold_errors",
             "unavailable", "n", "correct", "ex", "ex_lo", "ex_hi", "timeouts", "inconclusive",
             "n_no_timeout", "ex_no_timeout", "ex_no_timeout_lo", "ex_no_timeout_hi",
-            "n_unflagged", "correct_unflagged", "ex_unflagged", "drop_points", "drop_relative")
+            "n_unflagged", "correct_unflagged", "ex_unflagged", "drop_points", "drop_relative",
+            "engine", "engine_version", "standin", "fn_space", "identifier_case")

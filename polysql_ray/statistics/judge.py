@@ -234,5 +234,10 @@ def run_judge(results_dir: str | Path, judge_cfg: Mapping, models: Sequence[str]
     tmp = path.with_suffix(f".tmp-{os.getpid()}-{dt.datetime.now().timestamp():.0f}")
     pq.write_table(pa.Table.from_pylist(out, schema=JUDGEMENT_SCHEMA), tmp)
     os.replace(tmp, path)
+    from polysql_ray.statistics.provenance import JUDGE_IDENTITY_SUFFIX, judge_identity
+
+    side = path.with_name(path.stem + JUDGE_IDENTITY_SUFFIX)  # who judged: snapshots label stand-ins
+    side.write_text(json.dumps({**judge_identity(dict(judge_cfg), run.fingerprint), "judge": name},
+                               sort_keys=True, indent=1) + "\n", encoding="utf-8")
     run.path = path
     return run

@@ -91,11 +91,16 @@ def store_location(results_dir):
     return open_location(results_dir)
 
 
+#: ``(path, problem)`` of the damaged parts already reported by this process (one warning each,
+#: however many times a job lists the store).
+_WARNED: set[tuple[str, str]] = set()
+
+
 def store_files(results_dir) -> list:
     """Sorted readable Parquet files of the store: ``<results_dir>/scores/**`` and the pending
     ``<results_dir>/unavailable/`` rows (verdict ``unavailable``: counted apart, never in EX; a
     scored row of the same key always wins in :func:`load_scores`). A damaged file (truncated,
-    not Parquet) is skipped with a one-line warning.
+    not Parquet, a checksum that does not match) is skipped with one warning per process.
 
     Args:
         results_dir: a local folder, an object-store URI or a ``ResultsStore`` (:func:`store_location`).
@@ -115,10 +120,13 @@ def store_files(results_dir) -> list:
     root = loc.join("scores")
     files = list_files(loc, root) + list_files(loc, loc.join("unavailable"), recursive=False)
     for bad in [p for p in files if damaged_part(p, loc.fs) is not None]:
-        print(f"polysql_ray: warning: skipping damaged part file {loc.display(bad)} "
-              f"({damaged_part(bad, loc.fs)}); the next run quarantines it and rescores its rows",
-              file=sys.stderr)
+        problem = damaged_part(bad, loc.fs)  # verified once per process (checksum, footer)
         files.remove(bad)
+        if problem == "vanished" or (bad, problem) in _WARNED:
+            continue
+        _WARNED.add((bad, problem))
+        print(f"polysql_ray: warning: skipping damaged part file {loc.display(bad)} "
+              f"({problem}); the next run quarantines it and rescores its rows", file=sys.stderr)
     if not files:
         raise FileNotFoundError(f"no score files under {loc.display(root)}/**/*.parquet")
     return [loc.out(p) for p in files]
@@ -266,7 +274,7 @@ def dataset_index(results_dir: str | Path) -> tuple[dict, dict]:
     """Question texts and source databases of the datasets the store's runs used.
 
     Reads every run manifest (``<results_dir>/runs/*/manifest.json``, composed config), loads
-    each dataset it names again, and returns ``(question by (dataset, question_id), (engine,
+    each dataset it names again (every distinct config of a name: runs on other subsets), and returns ``(question by (dataset, question_id), (engine,
     location) of the source database by (dataset, db_id))``. A dataset that cannot be loaded
     any more (moved folder) is left out; both maps are empty when no manifest exists.
     """
@@ -277,7 +285,7 @@ def dataset_index(results_dir: str | Path) -> tuple[dict, dict]:
     from polysql_ray.store.parquet import list_files, read_bytes
 
     loc = store_location(results_dir)
-    configs: dict[str, dict] = {}
+    configs: dict[str, list[dict]] = {}  # every distinct config of a name (runs on subsets of it)
     manifests = [m for m in list_files(loc, loc.join("runs"), suffix="/manifest.json")
                  if m.count("/") == loc.join("runs").count("/") + 2]  # runs/<run_id>/manifest.json
     for mf in manifests:
@@ -287,10 +295,10 @@ def dataset_index(results_dir: str | Path) -> tuple[dict, dict]:
             continue
         sweep_ds = (cfg.get("sweep") or {}).get("datasets") or []
         for d in [cfg.get("dataset"), *sweep_ds]:
-            if isinstance(d, dict) and d.get("name"):
-                configs[d["name"]] = d
+            if isinstance(d, dict) and d.get("name") and d not in configs.setdefault(d["name"], []):
+                configs[d["name"]].append(d)
     text, sources = {}, {}
-    for name, cfg in sorted(configs.items()):
+    for name, cfg in [(n, c) for n in sorted(configs) for c in configs[n]]:
         try:
             examples = load_dataset(cfg)
         except Exception:  # noqa: BLE001 - a dataset that moved only costs the question text

@@ -5,6 +5,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .agreement import difficulty_hierarchy, holm_adjust, pairwise_dialects
+from .artefacts import format_artefacts
+from .provenance import engine_provenance, judge_provenance
 from .ex import drop_from_baseline, ex_table, paired_drop
 from .load import CELL, DEFAULT_COUNTING, CountingPolicy, LoadSummary, load_scores
 from .ranking import ALL, model_ranks, rank_instability, rank_intervals
@@ -24,6 +26,8 @@ class StatsConfig:
         exclude_generators: rows of these generators are left out. Default ``("gold",)``:
             the gold generator replays the gold SQL as a whole-pipeline sanity check; it is not
             a model and would bias pooled kappa/McNemar and the rankings.
+        include_standins: dialects scored on a stand-in engine (``provenance``) count in the
+            leaderboard's pooled means; default False: they are shown, badged, but not pooled.
     """
 
     baseline: str = "sqlite"
@@ -33,6 +37,7 @@ class StatsConfig:
     policy_version: str | None = None
     exclude_generators: tuple[str, ...] = ("gold",)
     counting: CountingPolicy = DEFAULT_COUNTING
+    include_standins: bool = False
 
 
 @dataclass
@@ -55,15 +60,25 @@ class Statistics:
         taxonomy_dialect: rule-based error classes per dialect.
         taxonomy_model_dialect: rule-based error classes per (model, dialect).
         ex_dataset: EX per (dataset, model, dialect), pooled over instruction levels.
-        gold_ceiling: EX of the ``gold`` generator (the gold SQL run on each dialect) per
+        gold_portability: EX of the ``gold`` generator (the gold SQL run on each dialect) per
             (dataset, dialect), and pooled (``dataset = "ALL"``): how much of the gold itself
-            survives the dialect change, i.e. the context of every model's drop.
+            survives the dialect change, the context of every model's drop. A reference, not a
+            bound: a model that writes the target dialect's SQL can exceed it.
         drops_paired: drop from the baseline per (model, dialect) on paired questions with a
             paired CI (:func:`paired_drop`).
         rank_intervals: per dialect, each model's plausible rank range (:func:`rank_intervals`).
         judge_taxonomy_model_dialect: judge-based error classes per (model, dialect), when the
             judge job has run (:func:`judge_taxonomy`); empty otherwise.
         judge_agreement: judge family vs rule family counts (:func:`judge_taxonomy`).
+        provenance: per dialect, the engine it ran on (product, version, stand-in, settings,
+            limits) as the runs recorded it (:func:`~polysql_ray.statistics.provenance.engine_provenance`).
+        judges: each judge's identity, stand-ins marked (:func:`~polysql_ray.statistics.provenance.judge_provenance`).
+        format_artefacts: per cell, failures flagged as format artefacts (``fn_space``:
+            ``count ( * )`` refused by the server's sql_mode; ``identifier_case``: a name that
+            exists only in another case) (:func:`~polysql_ray.statistics.artefacts.format_artefacts`).
+        native_gold_agreement: per (dataset, dialect) the share of independently written native
+            gold the evaluator calls correct (``jobs.fidelity step=native``;
+            :func:`polysql_ray.statistics.native_gold.read_agreement`); empty until it has run.
     """
 
     load: LoadSummary
@@ -81,11 +96,15 @@ class Statistics:
     taxonomy_dialect: list[dict] = field(default_factory=list)
     taxonomy_model_dialect: list[dict] = field(default_factory=list)
     ex_dataset: list[dict] = field(default_factory=list)
-    gold_ceiling: list[dict] = field(default_factory=list)
+    gold_portability: list[dict] = field(default_factory=list)
     drops_paired: list[dict] = field(default_factory=list)
     rank_intervals: list[dict] = field(default_factory=list)
     judge_taxonomy_model_dialect: list[dict] = field(default_factory=list)
     judge_agreement: list[dict] = field(default_factory=list)
+    provenance: list[dict] = field(default_factory=list)
+    judges: list[dict] = field(default_factory=list)
+    format_artefacts: list[dict] = field(default_factory=list)
+    native_gold_agreement: list[dict] = field(default_factory=list)
 
     def tables(self) -> dict[str, list[dict]]:
         """The tables by name (everything except ``load`` and ``config``)."""
@@ -135,13 +154,20 @@ def compute_statistics(results_dir: str | Path, config: StatsConfig = StatsConfi
         st.drops_paired = paired_drop(st.pairwise_model, config.baseline, a)
         st.rank_intervals = rank_intervals(st.ex_model_dialect)
         st.judge_taxonomy_model_dialect, st.judge_agreement = judge_taxonomy(con, results_dir)
+        st.provenance = engine_provenance(results_dir)
+        st.format_artefacts = format_artefacts(con, results_dir, st.provenance)
     finally:
         con.close()
-    st.gold_ceiling = gold_ceiling(results_dir, config)
+    st.gold_portability = gold_portability(results_dir, config)
+    st.judges = judge_provenance(results_dir)
+    from polysql_ray.statistics.native_gold import read_agreement
+
+    st.native_gold_agreement = [{"dataset": ds, "dialect": d, "agreement": a}
+                                for ds, by in read_agreement(results_dir).items() for d, a in sorted(by.items())]
     return st
 
 
-def gold_ceiling(results_dir: str | Path, config: StatsConfig = StatsConfig()) -> list[dict]:
+def gold_portability(results_dir: str | Path, config: StatsConfig = StatsConfig()) -> list[dict]:
     """EX of the ``gold`` generator per (dataset, dialect) and pooled (``dataset = "ALL"``).
 
     Returns:
