@@ -93,7 +93,7 @@ def validate(cfg: dict) -> None:
     try:
         Limits(**(cfg.get("limits") or {}))
     except TypeError as exc:
-        raise ConfigError(f"limits: {exc}; known: timeout_s, row_cap, max_bytes, max_sql_chars") from None
+        raise ConfigError(f"limits: {exc}; known: timeout_s, row_cap, max_bytes, max_sql_chars, memory_mb") from None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     mode = str((cfg.get("pipeline") or {}).get("structural_check", "auto"))

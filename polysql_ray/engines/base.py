@@ -46,6 +46,9 @@ class Limits:
             Checked once the engine has returned the table, so it bounds what travels to
             scoring and the store, not the engine's own memory.
         max_sql_chars: longest SQL text accepted; longer is ``rejected`` unparsed.
+        memory_mb: memory ceiling of the process running one statement, in MiB: an embedded
+            engine runs in its execution actor's child process (``engines/child.py``), which is
+            stopped past this resident set and the statement is ``too_large`` (the actor lives).
 
     Raises ValueError (naming ``limits.<field>``) for a non-positive or non-finite value.
     """
@@ -54,11 +57,13 @@ class Limits:
     row_cap: int = 100_000
     max_bytes: int = 128 * 1024 * 1024
     max_sql_chars: int = 100_000
+    memory_mb: int = 3072
 
     def __post_init__(self) -> None:
         import math
 
-        for name, lo in (("timeout_s", 0.0), ("row_cap", 1), ("max_bytes", 1), ("max_sql_chars", 1)):
+        for name, lo in (("timeout_s", 0.0), ("row_cap", 1), ("max_bytes", 1), ("max_sql_chars", 1),
+                         ("memory_mb", 1)):
             value = getattr(self, name)
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
                 math.isfinite(value) and value >= lo and (value > 0 if name == "timeout_s" else True)
@@ -69,9 +74,10 @@ class Limits:
     def fingerprint(self) -> str:
         """Identity of the limits (part of every results-store cell key: a different timeout
         can change a verdict). ``max_sql_chars`` counts only when not the default, so cells
-        scored before it existed keep their keys."""
+        scored before it existed keep their keys; so does ``memory_mb``."""
         fp = f"t{self.timeout_s:g}-r{self.row_cap}-b{self.max_bytes}"
-        return fp if self.max_sql_chars == 100_000 else f"{fp}-c{self.max_sql_chars}"
+        fp = fp if self.max_sql_chars == 100_000 else f"{fp}-c{self.max_sql_chars}"
+        return fp if self.memory_mb == 3072 else f"{fp}-m{self.memory_mb}"
 
     def refuse_length(self, sql: str | None) -> "ExecutionResult | None":
         """REJECTED when ``sql`` is longer than :attr:`max_sql_chars`, before any parser or

@@ -258,6 +258,8 @@ class BigQueryEngine(ServerEngine):
             return call_with_deadline(dry_run_then_run, deadline, on_timeout=lambda: client.cancel_job(
                 job_id, location=client.location, timeout=5))
         except (DeadlineExceeded, concurrent.futures.TimeoutError) as e:
+            if self._client is client:  # a fresh client (HTTP session) for the next statement; the
+                self._client = None     # abandoned call still holds the old one, left unclosed
             return ExecutionResult.failure(
                 S.TIMEOUT, f"client gave up after {time.perf_counter() - t0:.1f}s and cancelled job {job_id} "
                 f"(job_timeout_ms={int(limits.timeout_s * 1000)} not enforced by the server; {e})")
@@ -278,6 +280,14 @@ class BigQueryEngine(ServerEngine):
         if isinstance(e, gexc.GoogleAPICallError):
             return ExecutionResult.failure(classify_error(e), str(e), elapsed_s)
         return ExecutionResult.failure(S.UNAVAILABLE, f"{self.unreachable}: {e}", elapsed_s)
+
+    def ping(self) -> None:
+        """``SELECT 1`` as a job of a fresh client (its own HTTP session), closed after."""
+        client = make_client(self.settings)
+        try:
+            client.query("SELECT 1", job_retry=None).result(timeout=float(self.settings.get("health_probe_s", 10.0)))
+        finally:
+            client.close()
 
     def close(self) -> None:
         """Close the HTTP session."""

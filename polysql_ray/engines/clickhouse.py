@@ -106,6 +106,7 @@ ERROR_CODES: dict[int, ExecStatus] = {
     394: S.TIMEOUT,    # QUERY_WAS_CANCELLED
     396: S.TOO_LARGE,  # TOO_MANY_ROWS_OR_BYTES (max_result_rows / max_result_bytes)
     158: S.TOO_LARGE,  # TOO_MANY_ROWS
+    241: S.TOO_LARGE,  # MEMORY_LIMIT_EXCEEDED (max_memory_usage: the statement's memory ceiling)
     164: S.REJECTED,   # READONLY (DDL/DML, settings, file()/url()/... table functions)
     497: S.REJECTED,   # ACCESS_DENIED
     291: S.REJECTED,   # DATABASE_ACCESS_DENIED
@@ -117,7 +118,7 @@ ERROR_CODES: dict[int, ExecStatus] = {
 
 #: Everything else is a runtime error (comparison type errors 53/386 as DuckDB's "Cannot
 #: compare", parse of values 6/27/38/41/72,
-#: division 153, memory limit 241, scalar subquery 125 ...).
+#: division 153, scalar subquery 125 ...).
 DEFAULT_STATUS = S.RUNTIME
 
 #: Scalar functions refused before execution (``readonly=1`` does not stop them): local file
@@ -372,7 +373,7 @@ class ClickHouseEngine(EmbeddedEngine):
 
     Args:
         join_use_nulls: see :data:`SEMANTIC_SETTINGS` (1: standard SQL outer-join NULLs).
-        max_memory_usage: bytes one query may use (ClickHouse setting; over it -> RUNTIME).
+        max_memory_usage: bytes one query may use (ClickHouse setting; over it -> TOO_LARGE).
         max_threads: ClickHouse threads per query (1: parallelism comes from actors).
         host: a ClickHouse server; when set, statements run there through clickhouse-connect
             (:mod:`~polysql_ray.engines.clickhouse_server`, which takes ``server`` settings:

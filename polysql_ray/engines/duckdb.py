@@ -66,6 +66,7 @@ REFUSAL_MESSAGES: tuple[tuple[str, ExecStatus], ...] = (
 #: imported only where a DuckDB connection is used.
 ERROR_TABLE: tuple[tuple[str, ExecStatus], ...] = (
     ("InterruptException", ExecStatus.TIMEOUT),
+    ("OutOfMemoryException", ExecStatus.TOO_LARGE),  # memory_limit / max_temp_directory_size
     ("PermissionException", ExecStatus.REJECTED),
     ("ParserException", ExecStatus.SYNTAX),
     ("CatalogException", ExecStatus.SCHEMA),

@@ -49,6 +49,9 @@ class EmbeddedEngine(EngineDeclaration):
     """Base of in-process engines: the shared :meth:`execute` and its hooks (module docstring)."""
 
     embedded = True
+    #: the execution actor runs this engine in a child process (``engines/child.py``: hard
+    #: deadline, memory ceiling); ``engines.<name>.child_process=false`` runs it in the actor
+    child_process = True
     takes_mapping = False
     transient_unavailable = False
     connection = ConnectionBehaviour("per-location")

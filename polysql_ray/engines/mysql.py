@@ -425,7 +425,17 @@ class MySQLEngine(ServerEngine):
             rows = cur.fetchmany(limits.row_cap + 1)
             desc = cur.description
             if len(rows) > limits.row_cap:
-                lease.discard()  # do not drain the rest of an oversized result
+                # stop the server first: the unbuffered cursor drains the rest of the result when
+                # it is closed or collected (SELECT seq FROM seq_1_to_1000000000000 read rows until
+                # max_statement_time, 3x the limit on a loaded machine)
+                timer.cancel()
+                self._kill_query(conn.thread_id)
+                if cur._result is not None:  # PyMySQL would spin reading rows until EOF
+                    cur._result.unbuffered_active = False
+                cur._result = None
+                raw._force_close()  # drop the socket with the rows still in flight: nothing drained
+                cur.close()
+                lease.discard()
                 return ExecutionResult.failure(S.TOO_LARGE, f"more than {limits.row_cap} rows (row cap)")
             cur.close()
         except pymysql.err.MySQLError:
@@ -453,6 +463,16 @@ class MySQLEngine(ServerEngine):
         names = [d[0] for d in desc]
         types = [fmap.get(d[1], pa.null()) for d in desc]
         return ExecutionResult(S.OK, rows_to_arrow(names, list(rows), types))
+
+    def ping(self) -> None:
+        """``SELECT 1`` on a fresh connection, closed after (health probe)."""
+        raw = connect_raw(self.settings)
+        try:
+            with raw.cursor() as cur:
+                cur.execute("SELECT 1")
+                cur.fetchone()
+        finally:
+            raw.close()
 
     def close(self) -> None:
         """Close pooled connections."""

@@ -375,6 +375,14 @@ class PostgresEngine(ServerEngine):
         msg = f"[{code}] {e}" if code else str(e)
         return ExecutionResult.failure(status, msg, elapsed_s)
 
+    def ping(self) -> None:
+        """``SELECT 1`` on a fresh connection to the default database, closed after."""
+        conn = connect(self.settings)
+        try:
+            conn.execute("SELECT 1").fetchone()
+        finally:
+            conn.close()
+
     def close(self) -> None:
         """Close pooled connections."""
         self.pool.close()

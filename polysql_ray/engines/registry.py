@@ -119,6 +119,7 @@ def identity_fingerprint(identity: dict) -> str:
 def make_engine(name: str, **settings) -> Engine:
     """Instantiate engine ``name`` with its default settings overridden by ``settings``."""
     cls = engine_class(name)
+    settings.pop("child_process", None)  # where the engine runs (pipeline/actors.py), not a setting of it
     merged = {**cls.settings, **settings}
     return cls(merged) if cls.takes_mapping else cls(**merged)
 

@@ -456,6 +456,14 @@ class LiveStopwatch:
         self.elapsed = self.now()
 
 
+#: Seconds a health probe (a trivial statement on a fresh connection) may take.
+HEALTH_PROBE_S = 10.0
+#: Seconds one outage may hold the next statement while the engine probes for health.
+HEALTH_WAIT_S = 120.0
+#: Backoff between two health probes while waiting: first wait, cap (seconds).
+HEALTH_BACKOFF_S = (0.25, 4.0)
+
+
 class ServerEngine(EngineDeclaration):
     """The one execute path of server engines (PostgreSQL, MySQL/MariaDB, Snowflake, BigQuery).
 
@@ -474,6 +482,18 @@ class ServerEngine(EngineDeclaration):
        anything else is RUNTIME and the connection is dropped;
     4. :meth:`after` runs after every statement (session reset); ``queries`` counts the
        statements that reached the server.
+    5. health (innocent predictions never pay for a neighbour's runaway or a hung server):
+       after a ``timeout``, :meth:`probe` runs a trivial statement on a *fresh* connection
+       within ``health_probe_s`` (setting, default :data:`HEALTH_PROBE_S`), and after an
+       ``unavailable`` too (a hung server may first fail a session command). A server that
+       does not answer makes the timeout ``unavailable`` (rescored by the next run, never the
+       model's failure) and the engine *suspect*: the next statement runs only once a probe
+       succeeds, probing with backoff for at most ``health_wait_s`` (default
+       :data:`HEALTH_WAIT_S`) per outage; a statement that finds the server still unhealthy
+       is ``unavailable`` without being sent. :attr:`probes` counts probes, ``health``
+       (``"healthy"``/``"suspect"``) is the state. The runaway itself was cancelled on the
+       server by the engine's ``run`` where the server can (job cancel, abort request,
+       ``pg_cancel`` request, ``KILL QUERY``) and its connection discarded.
 
     Mixed into a :class:`~polysql_ray.engines.declaration.EngineDeclaration` subclass.
     """
@@ -491,6 +511,14 @@ class ServerEngine(EngineDeclaration):
     #: prefix of the UNAVAILABLE message when no connection could be made
     unreachable = "connection lost"
     queries = 0
+    probes = 0
+    #: None (healthy) or ``time.monotonic()`` when the current outage was first seen
+    _unhealthy_since: float | None = None
+
+    @property
+    def health(self) -> str:
+        """``healthy``, or ``suspect`` after a timeout the server could not prove harmless."""
+        return "healthy" if self._unhealthy_since is None else "suspect"
 
     # ------------------------------------------------------------------ hooks
     def driver_errors(self) -> tuple[tuple, tuple]:
@@ -525,6 +553,50 @@ class ServerEngine(EngineDeclaration):
         """
         return None
 
+    def ping(self) -> None:
+        """Open a fresh connection (never a pooled one), run a trivial statement, close it;
+        raises when the server does not answer. Engines without it are never probed."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ health
+    def _setting(self, key: str, default: float) -> float:
+        s = self.settings
+        extra = s.get(key) if isinstance(s, dict) else getattr(s, "extra", {}).get(key)
+        return float(default if extra is None else extra)
+
+    def probe(self) -> str | None:
+        """None when :meth:`ping` succeeds within ``health_probe_s``, else why not."""
+        from polysql_ray.engines.watchdog import DeadlineExceeded, call_with_deadline
+
+        if type(self).ping is ServerEngine.ping:
+            return None
+        self.probes += 1
+        try:
+            call_with_deadline(self.ping, self._setting("health_probe_s", HEALTH_PROBE_S))
+        except DeadlineExceeded as e:
+            return f"health probe: {e}"
+        except Exception as e:
+            return f"health probe failed: {type(e).__name__}: {str(e)[:300]}"
+        return None
+
+    def _await_health(self) -> str | None:
+        """Probe with backoff until healthy or this outage's ``health_wait_s`` is spent;
+        None when healthy (the outage ends), else the last reason."""
+        import time
+
+        delay = HEALTH_BACKOFF_S[0]
+        while True:
+            problem = self.probe()
+            if problem is None:
+                self._unhealthy_since = None
+                return None
+            left = (self._unhealthy_since or time.monotonic()) + \
+                self._setting("health_wait_s", HEALTH_WAIT_S) - time.monotonic()
+            if left <= 0:
+                return problem
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, HEALTH_BACKOFF_S[1])
+
     # ------------------------------------------------------------------ the one path
     def execute(self, location: str, sql: str, limits):
         """Run one untrusted statement read-only in ``location`` (the replica's database,
@@ -541,6 +613,30 @@ class ServerEngine(EngineDeclaration):
                 refusal = self.scope_refusal(sql, location)
         if refusal is not None:
             return ExecutionResult.failure(refusal[0], refusal[1], sw.elapsed)
+        if self._unhealthy_since is not None:  # prove the server healthy before charging
+            with LiveStopwatch() as sw:
+                problem = self._await_health()
+            if problem is not None:
+                return ExecutionResult.failure(
+                    ExecStatus.UNAVAILABLE, f"{self.unreachable}: the server has not answered since a "
+                    f"statement timed out ({problem}); not sent", sw.elapsed)
+        res = self._execute_checked(location, sql, limits)
+        if res.status in (ExecStatus.TIMEOUT, ExecStatus.UNAVAILABLE):
+            import time
+
+            problem = self.probe()
+            if problem is not None and self._unhealthy_since is None:
+                self._unhealthy_since = time.monotonic()
+            if problem is not None and res.status is ExecStatus.TIMEOUT:
+                return ExecutionResult.failure(
+                    ExecStatus.UNAVAILABLE, f"{self.unreachable}: timed out while the server was not "
+                    f"answering ({problem}); not the statement's timeout: {res.error}", res.elapsed_s)
+        return res
+
+    def _execute_checked(self, location: str, sql: str, limits):
+        """Steps 2-4 of the class docstring for a statement that passed :func:`precheck`."""
+        from polysql_ray.engines.base import ExecStatus, ExecutionResult
+
         statement_errors, connect_errors = self.driver_errors()
         last: BaseException | None = None
         with LiveStopwatch() as sw:

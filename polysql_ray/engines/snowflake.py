@@ -249,14 +249,19 @@ class SnowflakeEngine(ServerEngine):
         from polysql_ray.engines.watchdog import DeadlineExceeded, call_with_deadline
 
         cur = lease.conn.cursor()
-        try:
-            cur.execute(f'USE SCHEMA "{self.settings.database}"."{location}"')
-        except sfe.Error as e:
-            return ExecutionResult.failure(S.UNAVAILABLE, f"replica schema {location!r}: {e}")
-        try:  # the connector's own timeout, and a client watchdog for a server that ignores both
-            rows = call_with_deadline(
-                lambda: cur.execute(sql, timeout=max(1, math.ceil(limits.timeout_s))).fetchmany(limits.row_cap + 1),
-                limits.timeout_s + self.grace_s)
+
+        def use_then_run():
+            try:
+                cur.execute(f'USE SCHEMA "{self.settings.database}"."{location}"')
+            except sfe.Error as e:
+                return ExecutionResult.failure(S.UNAVAILABLE, f"replica schema {location!r}: {e}")
+            return cur.execute(sql, timeout=max(1, math.ceil(limits.timeout_s))).fetchmany(limits.row_cap + 1)
+
+        try:  # the connector's own timeout, and a client watchdog (over USE SCHEMA too: a hung
+            # server stalls there first) for a server that ignores both
+            rows = call_with_deadline(use_then_run, limits.timeout_s + self.grace_s)
+            if isinstance(rows, ExecutionResult):
+                return rows
         except DeadlineExceeded as e:
             lease.discard()
             return ExecutionResult.failure(
@@ -290,6 +295,14 @@ class SnowflakeEngine(ServerEngine):
                     f"enforce STATEMENT_TIMEOUT_IN_SECONDS={limits.timeout_s:g}): {e}", elapsed_s)
             return ExecutionResult.failure(classify_error(e.errno, e.sqlstate, str(e)), str(e), elapsed_s)
         return ExecutionResult.failure(classify_error(e.errno, e.sqlstate, str(e)), f"[{e.errno}] {e}", elapsed_s)
+
+    def ping(self) -> None:
+        """``SELECT 1`` on a fresh session (never pooled), closed after (health probe)."""
+        conn = connect(self.settings, timeout_s=self._setting("health_probe_s", 10.0))
+        try:
+            conn.cursor().execute("SELECT 1").fetchone()
+        finally:
+            conn.close()
 
     def close(self) -> None:
         """Close pooled connections."""

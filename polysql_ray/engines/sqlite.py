@@ -13,7 +13,16 @@ Sandbox (README "Untrusted SQL"), all engine-side:
 * a progress handler (every :attr:`SqliteEngine.progress_steps` VM instructions) returns
   non-zero after the deadline, which makes SQLite interrupt the statement -> TIMEOUT (a real
   engine interrupt: the query stops, in the execute and in the fetch);
-* at most ``row_cap + 1`` rows are fetched; more than ``row_cap`` -> TOO_LARGE.
+* at most ``row_cap + 1`` rows are fetched; more than ``row_cap`` -> TOO_LARGE;
+* memory and value size, engine-side (the progress handler never runs while SQLite *prepares* a
+  statement, and one ``randomblob(1e9)`` call is a single VM instruction): ``SQLITE_LIMIT_LENGTH``
+  (``Connection.setlimit``, SQLite C API ``sqlite3_limit``) is ``limits.max_bytes`` on every run,
+  so a larger string or blob fails at once ("string or blob too big" -> TOO_LARGE), and
+  ``PRAGMA hard_heap_limit`` (``sqlite3_hard_heap_limit64``; process-wide, set by our code
+  before the authorizer) caps SQLite's heap at :attr:`SqliteEngine.heap_limit_mb`: a CTE bomb
+  that expands exponentially at prepare time (20 doubling levels reached 2.6 GB) fails with
+  SQLITE_NOMEM (``MemoryError`` -> TOO_LARGE) instead of growing until the machine swaps.
+  Docs: https://www.sqlite.org/c3ref/limit.html, https://www.sqlite.org/pragma.html#pragma_hard_heap_limit
 
 Result representation (coordinated with ``comparison/normalize``). SQLite result columns are
 dynamically typed, so each column's Arrow type is chosen from its non-NULL Python values:
@@ -71,6 +80,8 @@ ERROR_TABLE: tuple[tuple[str, ExecStatus], ...] = (
     ("no such column", ExecStatus.SCHEMA),
     ("no such function", ExecStatus.SYNTAX),
     ("ambiguous column name", ExecStatus.SCHEMA),
+    ("string or blob too big", ExecStatus.TOO_LARGE),   # SQLITE_TOOBIG (SQLITE_LIMIT_LENGTH)
+    ("out of memory", ExecStatus.TOO_LARGE),            # SQLITE_NOMEM (hard heap limit)
 )
 
 #: Children of the dense union used for mixed columns: (python type, field name, arrow type).
@@ -145,6 +156,8 @@ class SqliteEngine(EmbeddedEngine):
     Args:
         progress_steps: VM instructions between deadline checks (smaller = more precise
             timeouts, slightly slower queries).
+        heap_limit_mb: SQLite's hard heap limit in MiB (``PRAGMA hard_heap_limit``; process-wide:
+            the execution actor's SQLite memory ceiling); past it a statement is TOO_LARGE.
 
     ``location`` is the absolute path of the ``.sqlite`` file. Connections are cached per
     location for the life of the instance (actors reuse them); thread-safe via a lock.
@@ -152,7 +165,7 @@ class SqliteEngine(EmbeddedEngine):
 
     name = "sqlite"
     dialect = "sqlite"
-    settings = {"progress_steps": 1000}
+    settings = {"progress_steps": 1000, "heap_limit_mb": 256}
     # SQLite "SQL As Understood By SQLite": names resolve case-insensitively, quoted or not
     identifiers = IdentifierRules(fold=None, tables_ci=True, columns_ci=True)
     semantics = Semantics(integer_division=True, nulls_first_asc=True, ci_equals=False, ci_like=True)
@@ -165,21 +178,23 @@ class SqliteEngine(EmbeddedEngine):
     writer = "polysql_ray.replication.sqlite_writer:SqliteWriter"
     reader = "polysql_ray.replication.sqlite_reader:SqliteReader"
     sandbox = {"uri": "file:<path>?mode=ro", "pragma": "query_only=1", "authorizer_allows": ALLOWED_ACTIONS,
-               "timeout": "progress handler interrupt"}
+               "timeout": "progress handler interrupt", "SQLITE_LIMIT_LENGTH": "limits.max_bytes",
+               "hard_heap_limit": "heap_limit_mb"}
     error_table = ERROR_TABLE
     denied_functions = DENIED_FUNCTIONS
     prompt_rules = "sqlite.yaml"
     source_suffix = ".sqlite"
     open_errors = (sqlite3.Error,)
-    driver_errors = (sqlite3.Error, sqlite3.Warning)
+    driver_errors = (sqlite3.Error, sqlite3.Warning, MemoryError)
 
     def identity(self) -> dict:
         """SQLite library version (``sqlite3.sqlite_version``: the C library, not the module)."""
         return {"product": "SQLite", "version": sqlite3.sqlite_version, "standin": "", "settings": {}}
 
-    def __init__(self, progress_steps: int = 1000):
+    def __init__(self, progress_steps: int = 1000, heap_limit_mb: int = 256):
         super().__init__()
         self.progress_steps = progress_steps
+        self.heap_limit_mb = int(heap_limit_mb)
         self._conns: dict[str, _Conn] = {}
 
     def _authorizer(self, action, arg1, arg2, dbname, source):
@@ -197,6 +212,11 @@ class SqliteEngine(EmbeddedEngine):
         con = sqlite3.connect(f"file:{location}?mode=ro", uri=True, isolation_level=None,
                               check_same_thread=False)
         con.execute("PRAGMA query_only=1")
+        if self.heap_limit_mb > 0:  # never raise an existing lower limit of this process
+            current = con.execute("PRAGMA hard_heap_limit").fetchone()[0]
+            wanted = self.heap_limit_mb * 1024 * 1024
+            if not current or current > wanted:
+                con.execute(f"PRAGMA hard_heap_limit={wanted}")
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()  # fail now if not a DB
         state = _Conn(con)
 
@@ -214,6 +234,7 @@ class SqliteEngine(EmbeddedEngine):
     def run(self, state: _Conn, sql: str, limits: Limits) -> pa.Table:
         """Fetch at most ``row_cap + 1`` rows under the progress-handler deadline."""
         state.timed_out = False
+        state.con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(1, min(int(limits.max_bytes), 1_000_000_000)))
         state.deadline = time.monotonic() + limits.timeout_s
         try:
             cur = state.con.execute(sql)
@@ -230,8 +251,13 @@ class SqliteEngine(EmbeddedEngine):
             raise Unusable(ExecStatus.RUNTIME, f"result not representable: {e}") from e
 
     def classify(self, exc: BaseException, state: _Conn) -> ExecStatus:
-        """TIMEOUT when the progress handler interrupted, else :func:`classify_error`."""
-        return ExecStatus.TIMEOUT if state.timed_out else classify_error(str(exc))
+        """TIMEOUT when the progress handler interrupted, TOO_LARGE past the heap limit
+        (``MemoryError``: SQLITE_NOMEM), else :func:`classify_error`."""
+        if state.timed_out:
+            return ExecStatus.TIMEOUT
+        if isinstance(exc, MemoryError):
+            return ExecStatus.TOO_LARGE
+        return classify_error(str(exc))
 
     def close(self) -> None:
         """Close every cached connection."""

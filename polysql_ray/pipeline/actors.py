@@ -34,6 +34,13 @@ class ExecutionActor:
     Fault injection (tests only): ``settings["_fault_exit_on"] = SQL`` makes the actor's
     process exit abruptly when asked to run exactly that text, as an engine crash would.
 
+    Child process: an embedded engine (``child_process`` in its declaration) runs in a child
+    process of the actor (:class:`polysql_ray.engines.child.ChildEngine`), stopped at
+    ``timeout_s + min(timeout_s / 2, 30)`` (``timeout``) or past ``limits.memory_mb`` of resident
+    memory (``too_large``): a statement its engine cannot interrupt never outlives its limit
+    by more than 2x, and never kills the actor. ``settings["child_process"] = False`` keeps it
+    in the actor's own process.
+
     Replicas per node: ``settings["_replica_recipes"] = {location: Recipe}`` (from
     :func:`polysql_ray.replication.pernode.recipes_for`) lets the actor rebuild an embedded
     replica its node lacks before running SQL on it; a failed rebuild is ``UNAVAILABLE``.
@@ -43,13 +50,19 @@ class ExecutionActor:
     BACKOFF_S = (0.5, 8.0)
 
     def __init__(self, engine: str, settings: dict, limits: dict, retry_s: float = 120.0) -> None:
-        from polysql_ray.engines.registry import make_engine
+        from polysql_ray.engines.registry import engine_class, make_engine
 
         settings = dict(settings)
         self._fault_exit_on = settings.pop("_fault_exit_on", None)
         self._recipes = settings.pop("_replica_recipes", None) or {}
+        in_child = settings.pop("child_process", getattr(engine_class(engine), "child_process", False))
         self._ready: set[str] = set()  # replica locations found or rebuilt on this node
-        self.engine = make_engine(engine, **settings)
+        if in_child:
+            from polysql_ray.engines.child import ChildEngine
+
+            self.engine = ChildEngine(engine, settings)
+        else:
+            self.engine = make_engine(engine, **settings)
         self.limits = Limits(**limits)
         self.retry_s = float(retry_s) if getattr(self.engine, "transient_unavailable", False) else 0.0
         self._outage_since: float | None = None

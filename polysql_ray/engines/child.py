@@ -1,0 +1,249 @@
+"""An embedded engine in a child process, under a hard deadline and a memory ceiling.
+
+Embedded engines interrupt a statement themselves (SQLite's progress handler, DuckDB's
+``interrupt()``, ClickHouse's ``max_execution_time``), but only at points the engine checks:
+DuckDB's ``repeat('x', 1e9)`` builds its value in one call that never looks at the interrupt
+(135 s at a 5 s limit), SQLite expands a CTE bomb while *preparing* (no progress handler then),
+ClickHouse's recursive CTE runs its iterations outside the time check. A process can always be
+stopped, so the execution actor runs its engine in a child process (:class:`ChildEngine`):
+
+* the child (``python -m polysql_ray.engines.child``) builds the engine from its name and
+  settings and answers one request at a time over a pipe (``multiprocessing.connection``);
+  results travel as :class:`~polysql_ray.engines.base.ExecutionResult` (Arrow IPC, exact);
+* the parent waits at most ``timeout_s + kill_after(limits)`` (``min(timeout_s / 2, 30)``:
+  half the limit is left for the kill itself and a loaded machine's scheduling, so the
+  statement ends within 2x its limit) and kills the child when no answer came: ``timeout``,
+  the statement's own;
+* while waiting it reads the child's resident set (``/proc/<pid>/statm``) every
+  :data:`POLL_S` seconds; past ``limits.memory_mb`` it kills the child: ``too_large``, the
+  statement's own, never a dead actor;
+* a child that dies by itself (a crash inside the engine) is ``runtime`` with its exit code;
+  the next statement starts a fresh child (replicas are re-opened there).
+
+The engine declaration (facts such as ``name``, ``dialect``, ``transient_unavailable``) is
+read from the engine class, so the parent never imports the engine's driver.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
+
+#: Seconds between two looks at the child (answer, exit, resident set).
+POLL_S = 0.02
+#: Longest extra wait past ``timeout_s`` before the child is killed (seconds).
+MAX_KILL_AFTER_S = 30.0
+#: Seconds a fresh child may take to build its engine and say it is ready.
+START_S = 120.0
+
+
+def kill_after(limits: Limits) -> float:
+    """Seconds past ``limits.timeout_s`` after which the child is killed."""
+    return min(limits.timeout_s / 2, MAX_KILL_AFTER_S)
+
+
+def resident_mb(pid: int) -> float:
+    """Resident set of process ``pid`` in MiB (``/proc/<pid>/statm``), 0.0 when unreadable."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+
+
+class ChildEngine:
+    """:class:`~polysql_ray.engines.base.Engine` running engine ``name`` in a child process.
+
+    Args:
+        name: engine name (``sqlite``, ``duckdb``, ``clickhouse``).
+        settings: constructor settings of the engine (as for ``make_engine``).
+
+    Attributes:
+        peak_rss_mb: largest resident set seen of the current child (MiB, for benchmarks).
+        kills: children killed so far (deadline or memory ceiling).
+    """
+
+    def __init__(self, name: str, settings: dict | None = None) -> None:
+        from polysql_ray.engines.registry import engine_class
+
+        self._cls = engine_class(name)
+        self.name = self._cls.name
+        self.dialect = self._cls.dialect
+        self.settings = dict(settings or {})
+        self._proc: subprocess.Popen | None = None
+        self._dying: list[subprocess.Popen] = []  # killed children not yet reaped
+        self.peak_rss_mb = 0.0
+        self.kills = 0
+
+    def __getattr__(self, attr: str) -> Any:  # declaration facts (transient_unavailable ...)
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return getattr(self._cls, attr)
+
+    # ------------------------------------------------------------------ the child
+    def _start(self) -> None:
+        from multiprocessing.connection import Connection
+
+        up_r, up_w = os.pipe()      # child -> parent
+        down_r, down_w = os.pipe()  # parent -> child
+        env = dict(os.environ)  # the parent's import path, so the child finds polysql_ray as the
+        # actor did (a Ray working_dir, a test's PYTHONPATH)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "polysql_ray.engines.child", str(down_r), str(up_w)],
+            pass_fds=(down_r, up_w), stdin=subprocess.DEVNULL, env=env, close_fds=True)
+        os.close(down_r)
+        os.close(up_w)
+        self._reader = Connection(up_r, writable=False)
+        self._writer = Connection(down_w, readable=False)
+        self._writer.send((self.name, self.settings))
+        if not self._reader.poll(START_S):
+            self._kill()
+            raise RuntimeError(f"the {self.name} engine process did not start within {START_S:g}s")
+        ready = self._reader.recv()
+        if ready != "ready":
+            self._kill()
+            raise RuntimeError(f"the {self.name} engine process failed to start: {ready}")
+        self.peak_rss_mb = 0.0
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        for c in (getattr(self, "_reader", None), getattr(self, "_writer", None)):
+            if c is not None:
+                try:
+                    c.close()
+                except OSError:
+                    pass
+        self._reader = self._writer = None
+        if proc is not None and proc.poll() is None:
+            proc.kill()  # not waited for: a large child takes a while to give its memory back
+            self._dying.append(proc)
+        self._dying = [p for p in self._dying if p.poll() is None]  # reap the ones that ended
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the running child, or None."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    # ------------------------------------------------------------------ Engine
+    def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
+        """Run in the child; TIMEOUT past ``timeout_s + kill_after``, TOO_LARGE past
+        ``limits.memory_mb`` of resident memory, RUNTIME when the child died by itself."""
+        t0 = time.perf_counter()
+        for attempt in range(2):  # a child that died between two statements is replaced once
+            if self._proc is None or self._proc.poll() is not None:
+                self._kill()
+                try:
+                    self._start()
+                except (OSError, RuntimeError, EOFError) as e:
+                    return ExecutionResult.failure(ExecStatus.UNAVAILABLE, str(e), time.perf_counter() - t0)
+            try:
+                self._writer.send((location, sql, limits))
+                break
+            except OSError:
+                self._kill()
+                if attempt:
+                    return ExecutionResult.failure(ExecStatus.UNAVAILABLE, f"the {self.name} engine "
+                                                   "process does not take requests", time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        hard = limits.timeout_s + kill_after(limits)
+        ceiling = float(limits.memory_mb)
+        pid = self._proc.pid
+        while True:
+            try:
+                if self._reader.poll(POLL_S):
+                    res = self._reader.recv()
+                    res.elapsed_s = time.perf_counter() - t0
+                    return res
+            except (EOFError, OSError):
+                pass
+            code = self._proc.poll()
+            if code is not None:
+                self._kill()
+                return ExecutionResult.failure(
+                    ExecStatus.RUNTIME, f"the {self.name} engine process died running this statement "
+                    f"(exit {code})", time.perf_counter() - t0)
+            rss = resident_mb(pid)
+            self.peak_rss_mb = max(self.peak_rss_mb, rss)
+            elapsed = time.perf_counter() - t0
+            if rss > ceiling:
+                self._kill()
+                self.kills += 1
+                return ExecutionResult.failure(
+                    ExecStatus.TOO_LARGE, f"the statement took {rss:.0f} MiB of memory, over "
+                    f"limits.memory_mb={limits.memory_mb} (engine process stopped)", elapsed)
+            if elapsed > hard:
+                self._kill()
+                self.kills += 1
+                return ExecutionResult.failure(
+                    ExecStatus.TIMEOUT, f"interrupted after {limits.timeout_s}s: the engine did not "
+                    f"stop at its own interrupt, its process was stopped after {elapsed:.1f}s", elapsed)
+
+    def close(self) -> None:
+        """Stop the child (it closes its engine on the way out)."""
+        if self._proc is not None and self._proc.poll() is None and self._writer is not None:
+            try:
+                self._writer.send(None)
+                self._proc.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._kill()
+        for proc in self._dying:
+            proc.wait()
+        self._dying = []
+
+
+def _serve(down_fd: int, up_fd: int) -> None:
+    """The child's loop: build the engine, then answer ``(location, sql, limits)`` requests."""
+    from multiprocessing.connection import Connection
+
+    from polysql_ray.engines.registry import make_engine
+
+    import threading
+
+    parent = os.getppid()
+
+    def orphaned() -> None:  # a killed actor must not leave its runaway statement running
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=orphaned, name="polysql-orphan-check", daemon=True).start()
+    reader, writer = Connection(down_fd, writable=False), Connection(up_fd, readable=False)
+    name, settings = reader.recv()
+    try:
+        engine = make_engine(name, **settings)
+    except Exception as e:  # reported to the parent as one line
+        writer.send(f"{type(e).__name__}: {e}")
+        return
+    writer.send("ready")
+    try:
+        while True:
+            try:
+                req = reader.recv()
+            except EOFError:
+                return
+            if req is None:
+                return
+            location, sql, limits = req
+            try:
+                res = engine.execute(location, sql, limits)
+            except MemoryError as e:
+                res = ExecutionResult.failure(ExecStatus.TOO_LARGE, f"out of memory: {e}")
+            except Exception as e:  # never let the loop die on one statement
+                res = ExecutionResult.failure(ExecStatus.RUNTIME, f"engine raised {type(e).__name__}: {e}")
+            writer.send(res)
+    finally:
+        try:
+            engine.close()
+        except Exception:
+            pass
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]), int(sys.argv[2]))
