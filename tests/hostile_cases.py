@@ -457,7 +457,12 @@ BIGQUERY = _DUCKDB_READERS + [
 
 #: (engine, case name) -> statuses accepted on the *stand-in* that differ from the case's own,
 #: each a stand-in artifact, not the engine's contract (tests run only against stand-ins).
-STANDIN_EXPECT: dict[tuple[str, str], frozenset] = {}
+STANDIN_EXPECT: dict[tuple[str, str], frozenset] = {
+    # bqemulator cannot cancel a job: after the watchdog gives up, the health probe finds the
+    # stand-in still busy with the runaway, so the statement is stored unavailable (never the
+    # model's timeout while the server does not answer; README "Untrusted SQL")
+    ("bigquery", "cross_join_13"): frozenset({S.TIMEOUT, S.UNAVAILABLE}),
+}
 
 CASES: dict[str, list[Case]] = {
     "sqlite": COMMON + SQLITE, "duckdb": COMMON + DUCKDB,
