@@ -37,6 +37,7 @@ from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 from polysql_ray.engines.declaration import ConnectionBehaviour, StructuralFacts
 from polysql_ray.engines.identifiers import IdentifierRules
 from polysql_ray.engines.servers import ServerEngine
+from polysql_ray.extras import require
 
 S = ExecStatus
 
@@ -109,7 +110,7 @@ def make_client(settings: dict):
     """A ``bigquery.Client`` from settings: ADC unless ``anonymous`` with an ``api_endpoint``.
 
     Raises ValueError for ``anonymous`` without an endpoint (never against Google)."""
-    from google.cloud import bigquery
+    bigquery = require("google.cloud.bigquery", "the bigquery engine")
 
     kw: dict[str, Any] = {}
     if settings.get("api_endpoint"):
@@ -196,7 +197,7 @@ class BigQueryEngine(ServerEngine):
         import time
         import uuid
 
-        from google.cloud import bigquery
+        bigquery = require("google.cloud.bigquery", "the bigquery engine")
 
         from polysql_ray.engines.watchdog import DeadlineExceeded, call_with_deadline
 

@@ -37,8 +37,6 @@ from polysql_ray.generation.extraction import prediction_from_output
 from polysql_ray.generation.hf import fold_system
 from polysql_ray.generation.prompts import Sampling, generator_fingerprint, render_all
 
-INSTALL_HINT = "the vllm generator needs vLLM: pip install 'polysql_ray[gpu]' (vllm>=0.8) on a GPU machine"
-
 
 def vllm_available() -> bool:
     """True when ``import vllm`` works in this process."""
@@ -72,10 +70,9 @@ class VLLMEngine:
                  max_model_len: int = 8192, dtype: str = "auto", gpu_memory_utilization: float = 0.9,
                  chat_template: str | None = None, system_role: bool = True, seed: int = 0,
                  engine_args: Mapping | None = None):
-        try:
-            from vllm import LLM
-        except ImportError as e:
-            raise ImportError(f"{INSTALL_HINT} ({e})") from e
+        from polysql_ray.extras import require
+
+        LLM = require("vllm", "the vllm generator (on a GPU machine)").LLM
         kw = dict(model=model_id, tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
                   dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, seed=seed)
         if revision:

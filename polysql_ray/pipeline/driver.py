@@ -144,6 +144,7 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
     from polysql_ray.comparison.policy import ComparisonPolicy
     from polysql_ray.datasets.registry import dataset_sources, load_dataset
     from polysql_ray.engines.registry import engine_fingerprint, engine_for_dialect
+    from polysql_ray.extras import check_installed, engine_part
     from polysql_ray.generation.registry import make_generator
 
     sweep = cfg.get("sweep") or {}
@@ -164,6 +165,10 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
     names = [m.get("name") for m in model_cfgs]
     if any(not n for n in names) or len(set(names)) != len(names):
         raise ConfigError(f"every model needs a unique `name`; got {names}")
+    # optional engines and generators installed? one line naming the extra, before any work
+    check_installed({**{engine_part(engine_for_dialect(d), _engine_settings(cfg, engine_for_dialect(d))):
+                        f"dialects=[{d}]" for d in dialects},
+                     **{("generator", str(m.get("generator"))): f"model {m.get('name')}" for m in model_cfgs}})
 
     policy = ComparisonPolicy.from_config(cfg.get("policy") or {})
     limits_fp = Limits(**(cfg.get("limits") or {})).fingerprint() + replication_fingerprint(cfg)
