@@ -116,14 +116,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def fakesnow_server(wait_s: float = 60.0):
+def fakesnow_server(wait_s: float = 600.0):
     """Start ``fakesnow -s`` on a free loopback port; yields ``(host, port)``; stops it after."""
     port = free_port()
     return _serve([str(standin_executable("fakesnow")), "-s", "--host", "127.0.0.1", "-p", str(port)],
                   port, "fakesnow", wait_s)
 
 
-def bqemulator_server(wait_s: float = 120.0):
+def bqemulator_server(wait_s: float = 600.0):
     """Start bqemulator (REST only, ephemeral) on a free loopback port; yields ``(host, port)``."""
     port = free_port()
     return _serve([str(standin_executable("bqemulator")), "-c", BQEMULATOR_LAUNCH, "start",
@@ -131,7 +131,7 @@ def bqemulator_server(wait_s: float = 120.0):
                    "--project", "polysql", "--log-level", "error"], port, "bqemulator", wait_s)
 
 
-def moto_server(wait_s: float = 60.0):
+def moto_server(wait_s: float = 600.0):
     """Start ``moto_server`` (in-memory S3 protocol) on a free loopback port; yields ``(host, port)``."""
     port = free_port()
     return _serve([str(standin_executable("moto")), "-H", "127.0.0.1", "-p", str(port)], port, "moto", wait_s)
