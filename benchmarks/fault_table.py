@@ -11,7 +11,17 @@
 * ``servers_down``  PostgreSQL and MariaDB stopped for 30 s mid-run, then started again;
 * ``concurrent``    two identical runs started together into one results_dir;
 * ``readonly``      a rerun into a finished results_dir mounted read-only;
-* ``truncated``     a part file of a finished store cut in half, then a rerun.
+* ``readonly_mid``  the results_dir remounted read-only once ~40% of the rows are stored (the
+                    run must end with one line, exit non-zero), then writable again and a rerun;
+* ``full``          the results_dir on a small tmpfs that fills mid-run (``--fault-inject``: an
+                    ENOSPC injected at the store's write point instead, where no tmpfs can be
+                    mounted), then space freed and a rerun;
+* ``truncated``     a part file of a finished store cut in half, then a rerun;
+* ``damaged``       16 bytes zeroed in the middle of a part file of a finished store (same
+                    size: only its checksum tells), then a rerun.
+
+``--sweep``/``--dialects`` pick a smaller grid (``--sweep quickstart --dialects sqlite,duckdb``
+needs no server; the mounts need root).
 
 For each: rows planned, rows stored (raw ``read_parquet`` over ``scores/``, i.e. what any
 reader sees), duplicates (rows minus distinct keys), rows differing from the baseline
@@ -48,16 +58,25 @@ SERVER_CMDS = {
 }
 
 
+GRID = {"sweep": "spider_published", "dialects": "sqlite,duckdb,postgres,mysql"}
+
+
 def sweep_cmd(results_dir: Path, replicas: Path, extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "polysql_ray", "+sweep=spider_published",
-            "dialects=[sqlite,duckdb,postgres,mysql]", f"results_dir={results_dir}",
+    return [sys.executable, "-m", "polysql_ray", f"+sweep={GRID['sweep']}",
+            f"dialects=[{GRID['dialects']}]", f"results_dir={results_dir}",
             f"replication.dir={replicas}", "progress=false", *extra]
 
 
-def start(results_dir: Path, replicas: Path, extra: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def start(results_dir: Path, replicas: Path, extra: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.Popen(sweep_cmd(results_dir, replicas, extra), cwd=REPO, env=env,
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def error_lines(log: Path) -> list[str]:
+    """The ``polysql_ray: error:`` lines and traceback headers a run printed."""
+    return [ln for ln in log.read_text(errors="replace").splitlines()
+            if ln.startswith("polysql_ray: error:") or ln.startswith("Traceback")]
 
 
 def stored(results_dir: Path, sub: str = "scores"):
@@ -151,7 +170,13 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/polysql_faults")
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--extra", nargs="*", default=[], help="more overrides for every run")
+    ap.add_argument("--sweep", default=GRID["sweep"])
+    ap.add_argument("--dialects", default=GRID["dialects"])
+    ap.add_argument("--fault-inject", action="store_true",
+                    help="full disk by an injected ENOSPC instead of a small tmpfs")
+    ap.add_argument("--full-free-kb", default=64, type=int, help="free space left on the tmpfs (KiB)")
     args = ap.parse_args()
+    GRID.update(sweep=args.sweep, dialects=args.dialects)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     replicas = out / "replicas"
@@ -159,7 +184,7 @@ def main() -> None:
     extra = args.extra
     results = []
     want = set(args.only or ["baseline", "driver_kill9", "actor_kill", "servers_down", "concurrent",
-                             "readonly", "truncated"])
+                             "readonly", "readonly_mid", "full", "truncated", "damaged"])
 
     def record(name, d, codes, note=""):
         rows, keys = stored(d)
@@ -265,6 +290,80 @@ def main() -> None:
             p = start(d, replicas, extra, out / "truncated.log")
             code = p.wait()
             record("truncated", d, [code], last_line(out / "truncated.log"))
+
+    if "readonly_mid" in want:
+        d = fresh("readonly_mid")
+        d.mkdir(parents=True)
+        mounted = 0
+        try:
+            with server_lock():
+                p = start(d, replicas, extra, out / "readonly_mid.log")
+                at = wait_rows(d, int(planned * 0.4), p)
+                # a read-only bind mount stacked over the folder: every open from now on is
+                # read-only (a remount of the folder's own mount is refused while the run holds
+                # its lock file open for writing)
+                subprocess.run(["mount", "--bind", str(d), str(d)], check=True)
+                mounted += 1
+                subprocess.run(["mount", "-o", "remount,bind,ro", str(d)], check=True)
+                code = p.wait()
+        finally:
+            for _ in range(mounted):
+                subprocess.run(["umount", str(d)], check=False)
+        stored_then = stored(d)[0]
+        errs = error_lines(out / "readonly_mid.log")
+        with server_lock():
+            code2 = start(d, replicas, extra, out / "readonly_mid.rerun.log").wait()
+        record("readonly_mid", d, [code, code2],
+               f"read-only at {at} rows, {stored_then} stored when it ended; error/traceback lines "
+               f"{len(errs)}: {errs[0][:200] if errs else '-'}")
+
+    if "full" in want:
+        d = fresh("full")
+        d.mkdir(parents=True)
+        env = None
+        mounted = False
+        if args.fault_inject:
+            env = {"POLYSQL_FAULT": "store.write:ENOSPC:5"}  # probe, manifest, config, 2 parts, then full
+        else:
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)], check=True)
+            mounted = True
+        try:
+            if mounted:  # leave room for the run's first parts only
+                filler = d / "filler"
+                subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=4k",
+                                f"count={4 * 256 - int(args.full_free_kb) // 4}"],
+                               check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            with server_lock():
+                code = start(d, replicas, extra, out / "full.log", env).wait()
+            stored_then = stored(d)[0]
+            errs = error_lines(out / "full.log")
+            if mounted:
+                (d / "filler").unlink()
+            with server_lock():
+                code2 = start(d, replicas, extra, out / "full.rerun.log").wait()
+            record("full", d, [code, code2], f"{stored_then} stored when it ended; error/traceback lines "
+                   f"{len(errs)}: {errs[0][:200] if errs else '-'}")
+        finally:
+            if mounted:
+                keep = out / "full.kept"
+                shutil.rmtree(keep, ignore_errors=True)
+                shutil.copytree(d, keep)
+                subprocess.run(["umount", str(d)], check=False)
+                shutil.rmtree(d, ignore_errors=True)
+                shutil.move(str(keep), str(d))
+
+    if "damaged" in want:
+        with server_lock():
+            d = fresh("damaged")
+            shutil.copytree(base, d, ignore=shutil.ignore_patterns("replicas"))
+            victim = max((d / "scores").rglob("*.parquet"), key=lambda f: f.stat().st_size)
+            size = victim.stat().st_size
+            with open(victim, "r+b") as fh:
+                fh.seek(size // 2)
+                fh.write(b"\0" * 16)
+            p = start(d, replicas, extra, out / "damaged.log")
+            code = p.wait()
+            record("damaged", d, [code], last_line(out / "damaged.log"))
 
     print("\n| fault | rows planned | rows stored | duplicates | differing from undisturbed | "
           "not stored | unavailable left | exit | note |")

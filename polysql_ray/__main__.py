@@ -16,6 +16,7 @@ import hydra
 from omegaconf import DictConfig
 
 from polysql_ray.config import CONF_DIR, make_conf_loader, redacted_yaml, to_plain
+from polysql_ray.redaction import install_log_redaction, redact_text
 
 
 def _run(cfg: DictConfig) -> int:
@@ -26,6 +27,7 @@ def _run(cfg: DictConfig) -> int:
     from polysql_ray.store.parquet import ResultsStore
 
     console = Console() if sys.stdout.isatty() else Console(width=200)
+    install_log_redaction()  # every log line of the run: secrets masked (polysql_ray.redaction)
     plain = to_plain(cfg)
     stats, table = run(plain, make_conf_loader(plain), redacted_yaml(cfg), console=Console(stderr=True))
     name = (plain.get("sweep") or {}).get("name") or "single"
@@ -63,12 +65,12 @@ def _run(cfg: DictConfig) -> int:
     code = 0
     if stats.errors:
         for line in stats.errors:
-            print(f"polysql_ray: error: {line}", file=sys.stderr)
+            print(f"polysql_ray: error: {redact_text(line)}", file=sys.stderr)
         print("polysql_ray: the work that needed these copies was not scored; fix the cause and rerun "
               "(everything scored above is kept)", file=sys.stderr)
         code = 2
     if stats.unavailable:
-        left = ", ".join(f"{n} on {e} ({stats.unavailable_examples.get(e, '')[:160]})"
+        left = ", ".join(f"{n} on {e} ({redact_text(stats.unavailable_examples.get(e, ''))[:160]})"
                          for e, n in sorted(stats.unavailable.items()))
         print(f"polysql_ray: error: {sum(stats.unavailable.values())} predictions could not run "
               f"(infrastructure, not the model): {left}; stored as `unavailable` in "
@@ -90,7 +92,7 @@ def _hydra_main(cfg: DictConfig) -> None:
         msg = user_error_message(exc)
         if msg is None:
             raise
-        print(f"polysql_ray: error: {msg}", file=sys.stderr)
+        print(f"polysql_ray: error: {redact_text(msg)}", file=sys.stderr)
         code = 2
     if code:
         sys.exit(code)

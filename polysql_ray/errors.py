@@ -1,6 +1,8 @@
 """User-facing errors: which exceptions mean "your input needs fixing" and how they print."""
 from __future__ import annotations
 
+import errno
+
 from polysql_ray.engines.declaration import DeclaredTable
 
 #: Exception class names whose message already names what to fix; printed without a traceback.
@@ -11,7 +13,6 @@ USER_ERRORS = ("ConfigError", "DatasetError", "GeneratorConfigError", "Replicati
 #: How to bring up each server engine on a machine like the CI one (README "Two commands"):
 #: declared by each engine class as ``server_start`` (``engines/<name>.py``).
 SERVER_START = DeclaredTable(lambda cls: cls.server_start)
-
 
 
 class ConfigError(ValueError):
@@ -42,13 +43,23 @@ def root_message(exc: BaseException) -> str:
     return " ".join(lines)[:600]
 
 
+#: ``errno`` values of a disk that takes no more writes (full, over quota, read-only): a fault of
+#: the machine, said in one line wherever it strikes (the store says more itself).
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
 def user_error_message(exc: BaseException) -> str | None:
-    """The message to print for a user error (walking ``__cause__``), else None."""
+    """The message to print for a user error (walking ``__cause__``), else None. A full or
+    read-only disk (:data:`DISK_ERRNOS`) anywhere is one too: the file and what to do."""
     seen = exc
     if isinstance(exc, OSError) and type(exc).__name__ == "StoreError":
         return str(exc)
     while seen is not None:
         if type(seen).__name__ in USER_ERRORS:
             return str(seen)
+        if isinstance(seen, OSError) and seen.errno in DISK_ERRNOS:
+            where = " -> ".join(str(f) for f in (seen.filename, seen.filename2) if f)
+            return (f"{seen.strerror}{': ' + where if where else ''}; free space or make the folder "
+                    f"writable, then rerun (everything already stored is kept)")
         seen = seen.__cause__
     return None

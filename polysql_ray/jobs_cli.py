@@ -129,5 +129,7 @@ def run_job(prog: str, main: Callable[[list[str]], int], argv: Sequence[str] | N
         line = user_error_line(exc)
         if line is None:
             raise
-        print(f"{prog}: error: {line}", file=sys.stderr)
+        from polysql_ray.redaction import redact_text
+
+        print(f"{prog}: error: {redact_text(line)}", file=sys.stderr)
         return 2

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 #: ``config`` (the composed configuration and its checks) sits below ``pipeline``, which reads
 #: and validates it; ``__main__`` composes it and starts the pipeline.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("__init__", "lazy", "faults", "extras", "engines", "quickstart"),
+    ("__init__", "lazy", "faults", "extras", "redaction", "resolvers", "engines", "quickstart"),
     ("errors", "datasets"),
     ("replication", "jobs_cli"),
     ("generation",),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
+import polysql_ray.resolvers  # noqa: F401 - ${local_dir:} and ${repo_root:} in dataset configs
 from polysql_ray.datasets.example import Example, SourceDatabase
 from polysql_ray.engines.declaration import DeclaredTable
 
@@ -30,6 +31,32 @@ DUMP_SUFFIX: Mapping[str, str] = DeclaredTable(lambda cls: cls.source_dump_suffi
 class DatasetError(ValueError):
     """Malformed or missing dataset input. The message names the file, the line/record and
     what to fix; it is meant to be shown to the user as is."""
+
+
+def name_problem(name: object) -> str | None:
+    """Why ``name`` (a dataset name, model name or ``db_id``) cannot name one folder, or None.
+
+    Such names become folder names (``scores/<dataset>/<model>/``,
+    ``<db_root>/<db_id>/<db_id>.sqlite``, ``replicas/<engine>/<dataset>/<db_id>/``), so a name
+    must be non-empty text without ``/``, ``\\``, NUL or control characters, and not ``.`` or
+    ``..``: it never leaves its folder."""
+    if not isinstance(name, str) or not name.strip():
+        return "it is empty"
+    if set(name) <= {"."}:
+        return "it is made of dots only"
+    bad = sorted({c for c in name if c in "/\\" or ord(c) < 32 or ord(c) == 127})
+    if bad:
+        return f"it contains {', '.join(repr(c) for c in bad)}"
+    return None
+
+
+def check_name(name: object, what: str, fix: str) -> str:
+    """``name`` when :func:`name_problem` finds nothing; else DatasetError naming ``what``
+    (``"dataset.name"``, ``"db_id of line 3 of q.jsonl"``) and ``fix``."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise DatasetError(f"{what}={name!r} cannot name a folder ({problem}): {fix}")
+    return name  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -80,6 +107,7 @@ class DatasetConfig:
         for req in ("name", "layout"):
             if not kwargs.get(req):
                 raise DatasetError(f"dataset config {data!r} has no '{req}': add e.g. {req}: spider")
+        check_name(kwargs["name"], "dataset.name", "use letters, digits, '_', '-' or '.' (e.g. dataset.name=spider)")
         if kwargs.get("limit") is not None:
             lim = kwargs["limit"]
             if isinstance(lim, bool) or not isinstance(lim, int) or lim < 0:
@@ -246,6 +274,8 @@ def file_source(dataset: str, db_id: str, engine: str, db_root: Path) -> SourceD
     ``replication.postgres_source.install_dump``); otherwise the
     database (MySQL) or schema (PostgreSQL) named ``db_id`` is read as it is on the server.
     """
+    check_name(db_id, f"db_id of dataset {dataset}", "a db_id names one database folder under the "
+               "dataset's db_dir; fix the question file")
     suffix = FILE_ENGINES.get(engine)
     if suffix is None:  # a server engine
         dump = (db_root / db_id / f"{db_id}{DUMP_SUFFIX.get(engine, '')}").resolve()
@@ -258,6 +288,49 @@ def file_source(dataset: str, db_id: str, engine: str, db_root: Path) -> SourceD
         return SourceDatabase(dataset=dataset, db_id=db_id, engine=engine, location=db_id, exists=True)
     path = (db_root / db_id / f"{db_id}{suffix}").resolve()
     return SourceDatabase(dataset=dataset, db_id=db_id, engine=engine, location=str(path), exists=path.is_file())
+
+
+#: How a source file of each file engine begins: ``engine -> (offset, magic bytes)`` (SQLite:
+#: https://www.sqlite.org/fileformat.html section 1.3, "SQLite format 3\\000"; DuckDB: the
+#: main header's magic ``DUCK`` after its 8-byte checksum, https://duckdb.org/docs/internals/storage).
+SOURCE_MAGIC: Mapping[str, tuple[int, bytes]] = {"sqlite": (0, b"SQLite format 3\x00"), "duckdb": (8, b"DUCK")}
+
+
+def source_file_problem(src: SourceDatabase) -> str | None:
+    """Why the existing source file of ``src`` cannot be a database of its engine (empty,
+    unreadable, another kind of file), or None (also for server sources and missing files,
+    which :func:`missing_db_message` covers). Reads the first bytes only."""
+    magic = SOURCE_MAGIC.get(src.engine)
+    if magic is None or not src.exists or src.install:
+        return None
+    offset, want = magic
+    try:
+        with open(src.location, "rb") as fh:
+            head = fh.read(offset + len(want))
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    if not head:
+        return "it is empty (0 bytes)"
+    if head[offset:offset + len(want)] != want:
+        return f"it is not a {src.engine} database (its first bytes are {head[:16]!r})"
+    return None
+
+
+def check_sources(examples: Sequence[Example]) -> None:
+    """Refuse, before any work, a dataset whose selected questions use a source file that
+    exists but is no database (:func:`source_file_problem`): one line naming the file and the
+    db_id, instead of a gold error stored for each of its questions. Raises DatasetError."""
+    seen: set[tuple[str, str]] = set()
+    for e in examples:
+        src = e.database
+        if (src.engine, src.location) in seen:
+            continue
+        seen.add((src.engine, src.location))
+        problem = source_file_problem(src)
+        if problem is not None:
+            raise DatasetError(f"source database of db_id {src.db_id!r} (dataset {src.dataset}) is {src.location}, "
+                               f"but {problem}: put the {src.engine} database file there, or leave its "
+                               f"questions out with dataset.db_ids")
 
 
 def missing_db_message(src: SourceDatabase) -> str | None:

@@ -17,6 +17,7 @@ from polysql_ray.datasets.base import (
     FILE_ENGINES,
     DatasetError,
     as_config,
+    check_name,
     check_unique_ids,
     distinct_sources,
     file_source,
@@ -61,6 +62,7 @@ class JsonlLoader:
             db_id = require_str(rec, ("db_id",), where)
             if not db_id:
                 raise DatasetError(f"{where}: 'db_id' is empty")
+            check_name(db_id, f"{where}: db_id", "a db_id names one database folder; use db_path for a file elsewhere")
             engine = require_str(rec, ("source_engine",), where, optional=True) or c.source_engine
             db_path = require_str(rec, ("db_path",), where, optional=True)
             key = (engine, db_id, db_path or "")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from polysql_ray.datasets.base import DatasetError, DatasetLoader, as_config
+from polysql_ray.datasets.base import DatasetError, DatasetLoader, as_config, check_sources
 from polysql_ray.datasets.example import Example, SourceDatabase
 
 #: layout name -> "module:Class" (imported lazily).
@@ -38,11 +38,14 @@ def load_dataset(cfg: Any) -> list[Example]:
     DatasetConfig with ``name``, ``layout``, ``root``, optional ``file``, ``db_dir``,
     ``limit``, ``db_ids``). Golds that read the clock are flagged and clock-keyed
     (:func:`polysql_ray.datasets.clock.mark_clock_dependent`). Raises DatasetError with a
-    user-facing message."""
+    user-facing message, also for a source file that is empty, unreadable or no database
+    (:func:`polysql_ray.datasets.base.check_sources`)."""
     from polysql_ray.datasets.clock import mark_clock_dependent
 
     c = as_config(cfg)
-    return list(mark_clock_dependent(get_loader(c.layout).load(c)))
+    examples = list(mark_clock_dependent(get_loader(c.layout).load(c)))
+    check_sources(examples)
+    return examples
 
 
 def dataset_sources(cfg: Any) -> list[SourceDatabase]:

@@ -43,7 +43,8 @@ S = ExecStatus
 
 #: Default settings (conf/engine/bigquery.yaml mirrors them).
 DEFAULTS: dict[str, Any] = dict(project=None, location="US", api_endpoint=None, anonymous=False,
-                                maximum_bytes_billed=1_000_000_000, client_grace_s=10.0)
+                                credentials_file=None, maximum_bytes_billed=1_000_000_000,
+                                client_grace_s=10.0)
 
 #: BigQuery error ``reason`` (``errors[0].reason``) -> status.
 REASON_STATUS: dict[str, ExecStatus] = {
@@ -107,7 +108,10 @@ def dataset_name(dataset: str, db_id: str, tag: str = "") -> str:
 
 
 def make_client(settings: dict):
-    """A ``bigquery.Client`` from settings: ADC unless ``anonymous`` with an ``api_endpoint``.
+    """A ``bigquery.Client`` from settings: ADC (Application Default Credentials:
+    ``GOOGLE_APPLICATION_CREDENTIALS`` or ``gcloud auth application-default login``), or the
+    service-account key file ``credentials_file``, or -- only with an ``api_endpoint`` (an
+    emulator) -- ``anonymous``. No credential is ever a setting's value.
 
     Raises ValueError for ``anonymous`` without an endpoint (never against Google)."""
     bigquery = require("google.cloud.bigquery", "the bigquery engine")
@@ -123,6 +127,11 @@ def make_client(settings: dict):
         from google.auth.credentials import AnonymousCredentials
 
         kw["credentials"] = AnonymousCredentials()
+    elif settings.get("credentials_file"):
+        from google.oauth2 import service_account
+
+        kw["credentials"] = service_account.Credentials.from_service_account_file(
+            settings["credentials_file"])
     return bigquery.Client(project=settings.get("project"), location=settings.get("location"), **kw)
 
 

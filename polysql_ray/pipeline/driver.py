@@ -165,6 +165,12 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
     names = [m.get("name") for m in model_cfgs]
     if any(not n for n in names) or len(set(names)) != len(names):
         raise ConfigError(f"every model needs a unique `name`; got {names}")
+    from polysql_ray.datasets.base import name_problem
+
+    for n in names:  # a model name is a folder of the store (scores/<dataset>/<model>/)
+        if name_problem(n):
+            raise ConfigError(f"model.name={n!r} cannot name a folder ({name_problem(n)}): "
+                              f"use letters, digits, '_', '-' or '.'")
     # optional engines and generators installed? one line naming the extra, before any work
     check_installed({**{engine_part(engine_for_dialect(d), _engine_settings(cfg, engine_for_dialect(d))):
                         f"dialects=[{d}]" for d in dialects},
@@ -184,8 +190,11 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
     for m in model_cfgs:
         gen = generators[m["name"]]
         fp = gen.fingerprint()
+        only = m.get("dialects")  # a model whose SQL is written for some dialects only
         for ds in datasets:
             for dialect in dialects:
+                if only and dialect not in only:
+                    continue
                 for level in (levels if getattr(gen, "uses_prompts", False) else ["-"]):
                     cells.append(Cell(
                         key=cell_key(m["name"], fp, ds, dialect, level, policy.fingerprint(),

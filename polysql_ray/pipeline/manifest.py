@@ -6,6 +6,8 @@ import platform
 import subprocess
 from pathlib import Path
 
+from polysql_ray.redaction import redact
+
 PACKAGES = ("polysql_ray", "ray", "sqlglot", "duckdb", "pyarrow", "hydra-core", "psycopg", "pymysql", "chdb",
             "scipy", "statsmodels", "vllm", "transformers")
 
@@ -34,19 +36,8 @@ def git_sha(path: str | Path | None = None) -> str | None:
     return (sha + ("-dirty" if dirty else "")) if sha else None
 
 
-def redact(obj):
-    """Copy of a config mapping with any key containing password/secret/token/api_key masked."""
-    if isinstance(obj, dict):
-        return {k: ("***" if any(s in str(k).lower() for s in ("password", "secret", "token", "api_key")) and v
-                    and not str(k).endswith("_env") and not str(k).endswith("_file") else redact(v))
-                for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [redact(v) for v in obj]
-    return obj
-
-
 def run_manifest(cfg: dict, grid, policy) -> dict:
-    """Everything needed to reproduce a run."""
+    """Everything needed to reproduce a run (secrets masked: :func:`polysql_ray.redaction.redact`)."""
     return {
         "config": redact(cfg),
         "packages": package_versions(),

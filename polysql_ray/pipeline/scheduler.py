@@ -367,7 +367,8 @@ class Scheduler:
             batch, refs = self.batches[b], self.batch_refs[b]
             deps = sorted({d for it in batch for d in it.deps})
             index = {d: i for i, d in enumerate(deps)}
-            metas = [_item_meta(it, index, self.run_id) for it in batch]
+            metas = [_item_meta(it, index, self.run_id, int(self.limits.get("max_sql_chars", 100_000)))
+                     for it in batch]
             ref = score_batch.options(num_cpus=self.score_cpus).remote(
                 metas, [refs[d] for d in deps], self.policy)
             self.score_inflight[ref] = b
@@ -428,10 +429,11 @@ def _count_unavailable(table, stats) -> None:
         stats.unavailable_examples.setdefault(engine, (msg or "")[:300])
 
 
-def _item_meta(it: WorkItem, index: dict[str, int], run_id: str) -> dict:
-    """Row metadata of one item for :func:`polysql_ray.pipeline.actors.score_batch`."""
+def _item_meta(it: WorkItem, index: dict[str, int], run_id: str, max_sql_chars: int = 100_000) -> dict:
+    """Row metadata of one item for :func:`polysql_ray.pipeline.actors.score_batch`; a predicted
+    SQL longer than ``max_sql_chars`` is stored cut, with its length (:func:`storable_sql`)."""
     from polysql_ray.generation.base import GenStatus
-    from polysql_ray.store.parquet import storable_text
+    from polysql_ray.store.parquet import storable_sql, storable_text
 
     ex, cell, pred = it.example, it.cell, it.prediction
     return {
@@ -440,7 +442,7 @@ def _item_meta(it: WorkItem, index: dict[str, int], run_id: str) -> dict:
         "dataset": cell.dataset, "dialect": cell.dialect, "source_engine": ex.source_engine,
         "target_engine": cell.target_engine, "instruction_level": cell.instruction_level,
         "question_id": ex.question_id, "db_id": ex.db_id, "gold_sql": storable_text(ex.gold_sql),
-        "pred_sql": storable_text(pred.pred_sql), "gen_status": GenStatus(pred.status).value,
+        "pred_sql": storable_sql(pred.pred_sql, max_sql_chars), "gen_status": GenStatus(pred.status).value,
         "_gold": index.get(it.gold), "_probe": index.get(it.probe), "_pred": index.get(it.pred),
         "_ties_probe": index.get(it.ties_probe),
         "_shape": it.shape, "_gen_status": GenStatus(pred.status).value, "_gold_error": ex.gold_error,

@@ -299,7 +299,11 @@ def replicate(source: SourceDatabase, target_engine: str, replicas_dir: Path | s
     try:
         dropped = writer.write(location, tables, source, reader)
         checks = certificate.verify(source, tables, reader, writer, location)
-        fresh.schema_names = {schema: _carry_schema(writer, location, tables, schema, stored_schema)}
+        lctn = server.get("lower_case_table_names")
+        fresh.schema_names = {
+            q: _carry_schema(writer, location, qt, q, stored_schema if q == schema
+                             else naming.replica_schema(q, source.engine, target_engine, lctn))
+            for q, qt in naming.qualifiers(source, reader, tables).items()}
     except BaseException:
         writer.drop(location)
         raise

@@ -53,6 +53,15 @@ class DuckDBReader:
         except duckdb.Error as e:
             raise ReplicationError(f"cannot open DuckDB source {source.location}: {e}") from e
 
+    def catalog_name(self, source: SourceDatabase) -> str:
+        """The catalog DuckDB opens the file as: its stem (``nyc.duckdb`` -> ``nyc``), so
+        ``nyc.taxi`` resolves on the source; replicas carry it like a schema name
+        (``naming.qualifiers``). DuckDB docs, "ATTACH": the default alias is the file's base
+        name without extension."""
+        from pathlib import Path
+
+        return Path(source.location).stem
+
     def content_hash(self, source: SourceDatabase) -> str:
         """sha256 of the file bytes."""
         return file_sha256(source.location)

@@ -59,3 +59,22 @@ def assign(tables: list[TableSpec], source_engine: str, target_engine: str,
             if c.target_name != c.name or why.startswith("kept, quoted"):
                 notes.append(f"column {t.name}.{c.name!r} -> {c.target_name!r}: {why}")
     return notes
+
+
+def qualifiers(source: SourceDatabase, reader, tables: list[TableSpec]) -> dict[str, list[TableSpec]]:
+    """Every name a query on the source may qualify a table with -> the tables it qualifies
+    (home schema first): :func:`source_schema` for tables whose reader records no schema or
+    records the home one, each other recorded ``TableSpec.schema`` (a PostgreSQL source's other
+    schemas: ``sales.orders``) for its own tables, and the reader's ``catalog_name(source)`` when
+    it has one (a DuckDB file ``nyc.duckdb`` opens as catalog ``nyc``: ``nyc.taxi``) for all.
+    Each is carried to the replica by the writer's ``carry_schema`` hook (``base.replicate``)."""
+    home = source_schema(source, reader)
+    out: dict[str, list[TableSpec]] = {home: []}
+    for t in tables:
+        out.setdefault(t.schema or home, []).append(t)
+    catalog = getattr(reader, "catalog_name", None)
+    if catalog is not None:
+        name = catalog(source)
+        if name and name not in out:
+            out[name] = list(tables)
+    return out

@@ -1,7 +1,7 @@
 """Embedded-engine replicas on a multi-node cluster: rebuilt per node, on first use.
 
 An SQLite or DuckDB replica is a file under ``replication.dir``. That folder is node-local when
-``results_dir`` is an object store (``${local_dir:...}``, :func:`polysql_ray.config.local_dir`),
+``results_dir`` is an object store (``${local_dir:...}``, :func:`polysql_ray.resolvers.local_dir`),
 and nodes of a Kubernetes cluster share no disk. Instead of shipping files between nodes, each
 node builds its own copy: a replica is a deterministic function of its source database and of
 the replication procedure (:meth:`~polysql_ray.replication.base.Manifest.reuse_key`), and every

@@ -231,6 +231,26 @@ class PostgresWriter:
             raise ReplicationError(f"postgres copy {location}: {e}") from e
         return dropped
 
+    def carry_schema(self, location: str, tables: list[TableSpec], schema: str, stored: str) -> str:
+        """Make ``<schema>.<table>`` resolve for a qualifier other than the copy's own schema
+        (another schema of a PostgreSQL source, a DuckDB source's catalog name): a schema
+        ``stored`` of this copy's database holding one view per table over the copy's schema,
+        ``USAGE`` and ``SELECT`` granted to the reader. Returns the manifest sentence."""
+        from psycopg import sql
+
+        db, home = split_location(location, self.settings.database)
+        if stored == home:
+            return f"resolves: schema {home!r} of the replica"
+        role, sch = sql.Identifier(self.settings.user), sql.Identifier(stored)
+        with pg_engine.connect(self.settings, admin=True, dbname=db) as conn, conn.transaction():
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sch))
+            for t in tables:
+                conn.execute(sql.SQL("CREATE VIEW {}.{} AS SELECT * FROM {}.{}").format(
+                    sch, sql.Identifier(t.stored), sql.Identifier(home), sql.Identifier(t.stored)))
+            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sch, role))
+            conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(sch, role))
+        return f"resolves: schema {stored!r} of views over schema {home!r}"
+
     def _load(self, conn, s: str, t: TableSpec, source, reader) -> None:
         cols = ", ".join(qi(c.stored) for c in t.columns)
         with conn.cursor() as cur:

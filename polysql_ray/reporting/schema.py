@@ -31,6 +31,7 @@ TABLES = {
     "taxonomy_model_dialect": "Rule-based error classes per (model, dialect).",
     "judge_taxonomy_model_dialect": "Judge-based error families per (judge, model, dialect).",
     "judge_agreement": "Judged failures counted by rule family x judge family.",
+    "native_gold_agreement": "Share of independently written native gold called correct, per (dataset, dialect).",
 }
 
 #: Meaning of fields that recur across tables.

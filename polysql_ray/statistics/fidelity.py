@@ -92,25 +92,38 @@ class Mismatch:
     pred_sql: str
 
 
-def write_predictions(spiderman_root: str | Path, spider_dev: str | Path, out: str | Path) -> int:
-    """Write SpiderMan's MySQL gold as replay JSONL keyed by Spider ``dev.json`` index
-    (``{"question_id", "pred_sql", "db_id"}``); returns the number of rows."""
+def spiderman_rows(spiderman_root: str | Path, spider_dev: str | Path) -> list[dict]:
+    """SpiderMan's MySQL gold as replay rows keyed by Spider ``dev.json`` index
+    (``{"question_id", "pred_sql", "db_id"}``, in index order; ``test_queries.csv`` is grouped
+    by database, ``datasets.spiderman.dev_positions`` aligns it)."""
     from polysql_ray.datasets.spiderman import dev_positions
 
     with open(Path(spiderman_root) / "test_queries.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     pos = dev_positions(rows, spider_dev)
+    return [{"question_id": str(p), "pred_sql": r["sql"], "db_id": r["database"]}
+            for p, r in sorted(zip(pos, rows), key=lambda x: x[0])]
+
+
+def write_jsonl(rows: list[dict], out: str | Path) -> int:
+    """Write replay rows as JSONL (folders made); returns the number of rows."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as f:
-        for p, r in sorted(zip(pos, rows), key=lambda x: x[0]):
-            f.write(json.dumps({"question_id": str(p), "pred_sql": r["sql"], "db_id": r["database"]}) + "\n")
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
     return len(rows)
 
 
-def load_direction(results_dir: str | Path, direction: str) -> list[dict]:
-    """Latest stored row per question of one direction's cell (empty when not run)."""
-    model, dataset, dialect, _ = DIRECTIONS[direction]
+def write_predictions(spiderman_root: str | Path, spider_dev: str | Path, out: str | Path) -> int:
+    """Write SpiderMan's MySQL gold as replay JSONL keyed by Spider ``dev.json`` index
+    (:func:`spiderman_rows`); returns the number of rows."""
+    return write_jsonl(spiderman_rows(spiderman_root, spider_dev), out)
+
+
+def latest_rows(results_dir: str | Path, model: str, dataset: str, dialect: str) -> list[dict]:
+    """Latest stored row per question of one (model, dataset, dialect) cell, by question id
+    (empty when not run)."""
     root = Path(results_dir) / "scores"
     if not root.exists():
         return []
@@ -122,7 +135,14 @@ def load_direction(results_dir: str | Path, direction: str) -> list[dict]:
         q = r["question_id"]
         if q not in latest or r["scored_at"] > latest[q]["scored_at"]:
             latest[q] = r
-    return sorted(latest.values(), key=lambda r: int(r["question_id"]))
+    return sorted(latest.values(), key=lambda r: (0, int(r["question_id"]), "")
+                  if str(r["question_id"]).isdigit() else (1, 0, str(r["question_id"])))
+
+
+def load_direction(results_dir: str | Path, direction: str) -> list[dict]:
+    """Latest stored row per question of one direction's cell (empty when not run)."""
+    model, dataset, dialect, _ = DIRECTIONS[direction]
+    return latest_rows(results_dir, model, dataset, dialect)
 
 
 # ----------------------------------------------------------------------------- verifiers

@@ -91,11 +91,16 @@ def store_location(results_dir):
     return open_location(results_dir)
 
 
+#: ``(path, problem)`` of the damaged parts already reported by this process (one warning each,
+#: however many times a job lists the store).
+_WARNED: set[tuple[str, str]] = set()
+
+
 def store_files(results_dir) -> list:
     """Sorted readable Parquet files of the store: ``<results_dir>/scores/**`` and the pending
     ``<results_dir>/unavailable/`` rows (verdict ``unavailable``: counted apart, never in EX; a
     scored row of the same key always wins in :func:`load_scores`). A damaged file (truncated,
-    not Parquet) is skipped with a one-line warning.
+    not Parquet, a checksum that does not match) is skipped with one warning per process.
 
     Args:
         results_dir: a local folder, an object-store URI or a ``ResultsStore`` (:func:`store_location`).
@@ -115,10 +120,13 @@ def store_files(results_dir) -> list:
     root = loc.join("scores")
     files = list_files(loc, root) + list_files(loc, loc.join("unavailable"), recursive=False)
     for bad in [p for p in files if damaged_part(p, loc.fs) is not None]:
-        print(f"polysql_ray: warning: skipping damaged part file {loc.display(bad)} "
-              f"({damaged_part(bad, loc.fs)}); the next run quarantines it and rescores its rows",
-              file=sys.stderr)
+        problem = damaged_part(bad, loc.fs)  # verified once per process (checksum, footer)
         files.remove(bad)
+        if problem == "vanished" or (bad, problem) in _WARNED:
+            continue
+        _WARNED.add((bad, problem))
+        print(f"polysql_ray: warning: skipping damaged part file {loc.display(bad)} "
+              f"({problem}); the next run quarantines it and rescores its rows", file=sys.stderr)
     if not files:
         raise FileNotFoundError(f"no score files under {loc.display(root)}/**/*.parquet")
     return [loc.out(p) for p in files]

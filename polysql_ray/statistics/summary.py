@@ -64,6 +64,9 @@ class Statistics:
         judge_taxonomy_model_dialect: judge-based error classes per (model, dialect), when the
             judge job has run (:func:`judge_taxonomy`); empty otherwise.
         judge_agreement: judge family vs rule family counts (:func:`judge_taxonomy`).
+        native_gold_agreement: per (dataset, dialect) the share of independently written native
+            gold the evaluator calls correct (``jobs.fidelity step=native``;
+            :func:`polysql_ray.statistics.native_gold.read_agreement`); empty until it has run.
     """
 
     load: LoadSummary
@@ -86,6 +89,7 @@ class Statistics:
     rank_intervals: list[dict] = field(default_factory=list)
     judge_taxonomy_model_dialect: list[dict] = field(default_factory=list)
     judge_agreement: list[dict] = field(default_factory=list)
+    native_gold_agreement: list[dict] = field(default_factory=list)
 
     def tables(self) -> dict[str, list[dict]]:
         """The tables by name (everything except ``load`` and ``config``)."""
@@ -138,6 +142,10 @@ def compute_statistics(results_dir: str | Path, config: StatsConfig = StatsConfi
     finally:
         con.close()
     st.gold_ceiling = gold_ceiling(results_dir, config)
+    from polysql_ray.statistics.native_gold import read_agreement
+
+    st.native_gold_agreement = [{"dataset": ds, "dialect": d, "agreement": a}
+                                for ds, by in read_agreement(results_dir).items() for d, a in sorted(by.items())]
     return st
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 from collections.abc import Mapping
 from typing import Iterable, Sequence
 
@@ -32,7 +33,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from polysql_ray.generation.base import GenStatus, Prediction
-from polysql_ray.store.parquet import (PartPath, StoreError, _safe, list_files, open_location, stable_hash,
+from polysql_ray.redaction import redact_text
+from polysql_ray.store.parquet import (PartPath, StoreError, _safe, damaged_part, list_files, open_location, stable_hash,
                                        write_parquet)
 
 #: Row schema of the generations store.
@@ -83,6 +85,7 @@ class GenerationsStore:
         self._dir = loc.join("generations")
         self.root = loc.out(loc.base)
         self.dir = loc.out(self._dir)
+        self._warned: set[str] = set()  # damaged files already reported
         if loc.local:
             try:
                 os.makedirs(self._dir, exist_ok=True)
@@ -97,7 +100,16 @@ class GenerationsStore:
     def files(self, model: str | None = None) -> list[PartPath]:
         """Part files of one model (or of all models), sorted by path."""
         base = self._dir if model is None else f"{self._dir}/{_safe(model)}"
-        return [self.location.out(p) for p in list_files(self.location, base)]
+        out = []
+        for p in list_files(self.location, base):
+            problem = damaged_part(p, self.location.fs, ("key", "created_at"))
+            if problem is None:
+                out.append(self.location.out(p))
+            elif problem != "vanished" and p not in self._warned:
+                self._warned.add(p)  # its generations count as missing: generated again
+                print(f"polysql_ray: warning: skipping damaged generations file {self.location.display(p)} "
+                      f"({problem}); its predictions are generated again", file=sys.stderr)
+        return out
 
     def read(self, model: str | None = None, keys: Iterable[str] | None = None) -> pa.Table:
         """Stored rows in write order (oldest first), optionally restricted to keys."""
@@ -160,12 +172,18 @@ class GenerationsStore:
             "generator_fingerprint": generator_fingerprint, "model": model, "dataset": dataset,
             "dialect": dialect, "instruction_level": instruction_level, "question_id": p.question_id,
             "prompt_sha256": p.prompt_sha256, "raw_output": p.raw_output, "pred_sql": p.pred_sql,
-            "status": GenStatus(p.status).value, "error": p.error, "prompt_tokens": int(p.prompt_tokens),
+            "status": GenStatus(p.status).value, "error": redact_text(p.error), "prompt_tokens": int(p.prompt_tokens),
             "completion_tokens": int(p.completion_tokens), "latency_s": float(p.latency_s),
             "created_at": now,
         } for p in predictions]
         stamp = now.strftime("%Y%m%dT%H%M%S%f")
         digest = stable_hash("gen-part-v1", stamp, sorted(r["key"] for r in rows), n=16)
         path = f"{self._dir}/{_safe(model)}/part-{stamp}-{digest}.parquet"
-        write_parquet(self.location, path, pa.Table.from_pylist(rows, schema=GENERATION_SCHEMA))
+        try:
+            write_parquet(self.location, path, pa.Table.from_pylist(rows, schema=GENERATION_SCHEMA))
+        except OSError as exc:
+            raise StoreError(f"cannot write generations to results_dir {self.location.uri}: "
+                             f"{getattr(exc, 'strerror', None) or exc}; the generations not stored are "
+                             f"generated again by the next run: free space or make the folder writable, "
+                             f"then rerun") from exc
         return self.location.out(path)

@@ -87,6 +87,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from polysql_ray.faults import FaultPoints
+from polysql_ray.redaction import redact, redact_text
 from polysql_ray.store.schema import SCORE_SCHEMA
 
 log = logging.getLogger("polysql_ray")
@@ -121,11 +122,41 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def _safe(name: str) -> str:
-    return _SAFE.sub("_", name)[:80] or "_"
+    """``name`` as one folder name: characters outside ``[A-Za-z0-9_.-]`` become ``_``, at most
+    80 characters, and a name of dots only (``.``, ``..``) becomes underscores, so no name
+    ever leaves its folder."""
+    out = _SAFE.sub("_", str(name))[:80] or "_"
+    return "_" * len(out) if set(out) == {"."} else out
 
 
 class StoreError(OSError):
     """The results store cannot be opened or written; the message names ``results_dir``."""
+
+
+#: ``POLYSQL_FAULT=<point>:<ERRNO>[:<after>]`` makes the named fault point raise
+#: ``OSError(ERRNO)`` from its ``after+1``-th call on (default 0: the first), in this process
+#: and every process it starts: how the tests and ``benchmarks/fault_table.py`` stand a full
+#: disk (``store.write:ENOSPC:3``) where no small filesystem can be mounted.
+FAULT_ENV = "POLYSQL_FAULT"
+_FAULT_CALLS: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    """A named point where an injected fault (:data:`FAULT_ENV`) raises; a no-op otherwise."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    point, _, rest = spec.partition(":")
+    if point != name:
+        return
+    code, _, after = rest.partition(":")
+    import errno as _errno
+
+    n = _FAULT_CALLS.get(spec, 0)
+    _FAULT_CALLS[spec] = n + 1
+    if n >= int(after or 0):
+        num = getattr(_errno, code or "EIO", _errno.EIO)
+        raise OSError(num, os.strerror(num) + f" (injected at {name})")
 
 
 # ------------------------------------------------------------------ where the store lives
@@ -251,9 +282,15 @@ def write_bytes(loc: StoreLocation, path: str, data: bytes) -> None:
     if loc.local:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         tmp = path + ".tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
+        try:
+            fault_point("store.write")
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):  # a full disk keeps no half file either
+                os.unlink(tmp)
+            raise
         return
     with loc.fs.open_output_stream(path) as out:
         out.write(data)
@@ -272,18 +309,46 @@ def read_bytes(loc: StoreLocation, path: str) -> bytes:
         raise
 
 
-def write_parquet(loc: StoreLocation, path: str, table: pa.Table) -> None:
-    """Write ``table`` as one Parquet file (zstd) without ever exposing half a file
-    (:func:`write_bytes`)."""
-    if loc.local:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        tmp = path[:-len(".parquet")] + ".tmp" if path.endswith(".parquet") else path + ".tmp"
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
-        return
+#: Footer key-value entry of a part holding the sha256 (hex) of the whole file as written with
+#: :data:`_PLACEHOLDER` in that entry's place: data pages and footer are covered alike, and the
+#: digest then fills the placeholder's 64 bytes (no offset moves). :func:`damaged_part` verifies it.
+CHECKSUM_KEY = b"polysql.sha256"
+_PLACEHOLDER = b"polysql.sha256:" + b"-" * 49
+
+
+def parquet_bytes(table: pa.Table) -> bytearray:
+    """``table`` as the bytes of one Parquet file (zstd) whose footer carries the sha256 of the
+    file itself (:data:`CHECKSUM_KEY`). Memory: the file once (plus pyarrow's buffer while
+    it is copied out)."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
-    write_bytes(loc, path, sink.getvalue().to_pybytes())
+    pq.write_table(table.replace_schema_metadata({**(table.schema.metadata or {}), CHECKSUM_KEY: _PLACEHOLDER}),
+                   sink, compression="zstd")
+    data = bytearray(sink.getvalue())
+    del sink
+    at = data.rfind(_PLACEHOLDER)  # the footer's entry: key-value metadata follow the row groups
+    data[at:at + len(_PLACEHOLDER)] = hashlib.sha256(data).hexdigest().encode()
+    return data
+
+
+def _checksum_problem(data: bytes, stored: bytes) -> str | None:
+    """Why ``data`` (a whole part) does not match the checksum its footer holds, or None."""
+    footer_start = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    at = data.rfind(stored, max(0, footer_start))
+    if len(stored) != len(_PLACEHOLDER) or at < 0:
+        return "checksum entry damaged"
+    buf = bytearray(data)
+    buf[at:at + len(stored)] = _PLACEHOLDER
+    actual = hashlib.sha256(buf).hexdigest().encode()
+    if actual != stored:
+        return (f"checksum mismatch (footer sha256 {stored[:12].decode(errors='replace')}..., "
+                f"content {actual[:12].decode()}...)")
+    return None
+
+
+def write_parquet(loc: StoreLocation, path: str, table: pa.Table) -> None:
+    """Write ``table`` as one checksummed Parquet file (:func:`parquet_bytes`) without ever
+    exposing half a file (:func:`write_bytes`)."""
+    write_bytes(loc, path, parquet_bytes(table))
 
 
 def delete(loc: StoreLocation, path: str) -> None:
@@ -350,7 +415,11 @@ class ResultsStore:
                              f"{getattr(exc, 'strerror', None) or str(exc).splitlines()[0]}; "
                              f"set results_dir=<writable folder> (or s3://<bucket>/<prefix>)") from exc
         self.quarantined: list[PartPath] = []
-        self._checked: dict[str, int] = {}  # part path -> size whose footer read fine
+        #: the one-line reason this store stopped taking writes (full disk, read-only folder);
+        #: None while it writes. Once set, :class:`BufferedWriter` drops what it holds (the next
+        #: run rescores it) and :meth:`compact` leaves the parts as they are.
+        self.failed: str | None = None
+        self._checked: dict[str, tuple] = {}  # part path -> (size, mtime_ns) that verified
 
     @property
     def uri(self) -> str:
@@ -463,17 +532,18 @@ class ResultsStore:
         return [self.location.out(p) for p in self._readable(infos)]
 
     def _readable(self, infos: list[pafs.FileInfo]) -> list[str]:
-        """Paths of the listed parts whose footer reads (each (path, size) checked once per
-        instance: a rewritten or truncated part changes size and is checked again)."""
+        """Paths of the listed parts that verify (:func:`damaged_part`: checksum, footer,
+        columns); each (path, size, mtime) is verified once per instance, so a part rewritten,
+        truncated or damaged in place is verified again. Damaged ones are quarantined."""
         ok = []
         for info in infos:
             p = info.path
-            if self._checked.get(p) == info.size:
+            if self._checked.get(p) == (info.size, info.mtime_ns):
                 ok.append(p)
                 continue
             problem = damaged_part(p, self.location.fs)
             if problem is None:
-                self._checked[p] = info.size
+                self._checked[p] = (info.size, info.mtime_ns)
                 ok.append(p)
             elif problem != "vanished":  # vanished: removed since the listing (a compaction)
                 self.quarantine(p, problem)
@@ -564,14 +634,31 @@ class ResultsStore:
         out: list[PartPath] = []
         if rows.num_rows == 0:
             return out
-        unav = pc.fill_null(pc.equal(rows.column("verdict"), "unavailable"), False)
-        if pc.any(unav).as_py():
-            out.append(self._write(rows.filter(unav), self._unavailable))
-            rows = rows.filter(pc.invert(unav))
-        for cell in sorted(set(rows.column("cell_key").to_pylist())):
-            part = rows.filter(pc.equal(rows.column("cell_key"), cell))
-            out.append(self._write(part, self._cell_folder(part, cell)))
+        if self.failed is not None:
+            raise StoreError(self.failed)
+        rows = _redact_columns(rows, REDACTED_COLUMNS)
+        try:
+            unav = pc.fill_null(pc.equal(rows.column("verdict"), "unavailable"), False)
+            if pc.any(unav).as_py():
+                out.append(self._write(rows.filter(unav), self._unavailable))
+                rows = rows.filter(pc.invert(unav))
+            for cell in sorted(set(rows.column("cell_key").to_pylist())):
+                part = rows.filter(pc.equal(rows.column("cell_key"), cell))
+                out.append(self._write(part, self._cell_folder(part, cell)))
+        except OSError as exc:
+            raise self._fail(exc, f"storing {rows.num_rows} scored rows") from exc
         return out
+
+    def _fail(self, exc: OSError, doing: str) -> StoreError:
+        """Mark the store failed (:attr:`failed`) and return the one-line error to raise."""
+        if isinstance(exc, StoreError):
+            self.failed = self.failed or str(exc)
+            return exc
+        self.failed = (f"cannot write to results_dir {self.uri} ({doing}): "
+                       f"{getattr(exc, 'strerror', None) or str(exc).splitlines()[0]}; nothing stored "
+                       f"before is lost and what was not stored is rescored by the next run: free space "
+                       f"or make the folder writable, then rerun")
+        return StoreError(self.failed)
 
     def _cell_folder(self, part: pa.Table, cell: str) -> str:
         first = part.slice(0, 1).to_pylist()[0]
@@ -589,9 +676,7 @@ class ResultsStore:
         try:
             write_bytes(self.location, path, data)
         except OSError as exc:
-            raise StoreError(f"cannot write to results_dir {self.uri}: "
-                             f"{getattr(exc, 'strerror', None) or exc}; "
-                             f"set results_dir=<writable folder> (or s3://<bucket>/<prefix>)") from exc
+            raise self._fail(exc, f"writing {relpath}") from exc
         return self.location.out(path)
 
     def read_bytes(self, relpath: str) -> bytes:
@@ -609,6 +694,14 @@ class ResultsStore:
         the commit and the deletes a raw glob reader could see a row twice (readers through
         :meth:`read` never do).
         """
+        if self.failed is not None:
+            return 0  # a store that took no more writes keeps its parts as they are
+        try:
+            return self._compact()
+        except OSError as exc:
+            raise self._fail(exc, "compacting; the part files stay as they were") from exc
+
+    def _compact(self) -> int:
         removed = 0
         by_folder: dict[str, list[str]] = {}
         for p in self.files():
@@ -673,9 +766,26 @@ class ResultsStore:
     def write_run(self, run_id: str, manifest: dict, config_yaml: str) -> PartPath:
         """Write ``runs/<run_id>/manifest.json`` and ``config.yaml``; returns the folder."""
         self.write_bytes(f"runs/{run_id}/manifest.json",
-                         (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode())
-        self.write_bytes(f"runs/{run_id}/config.yaml", config_yaml.encode())
+                         (json.dumps(redact(manifest), indent=2, sort_keys=True, default=str) + "\n").encode())
+        self.write_bytes(f"runs/{run_id}/config.yaml", redact_text(config_yaml).encode())
         return self.location.out(self.location.join("runs", run_id))
+
+
+#: Score columns holding engine or generator messages: secrets in them (a URL's credentials,
+#: a conninfo password) are masked before they are stored (:func:`polysql_ray.redaction.redact_text`).
+REDACTED_COLUMNS = ("gold_error", "pred_error")
+
+
+def _redact_columns(rows: pa.Table, columns: tuple[str, ...]) -> pa.Table:
+    for name in columns:
+        col = rows.column(name)
+        if col.null_count == len(col):
+            continue
+        values = col.to_pylist()
+        clean = [redact_text(v) for v in values]
+        if clean != values:
+            rows = rows.set_column(rows.schema.get_field_index(name), name, pa.array(clean, col.type))
+    return rows
 
 
 def storable_text(text: str | None) -> str | None:
@@ -690,22 +800,67 @@ def storable_text(text: str | None) -> str | None:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def damaged_part(path: PartPath, filesystem: pafs.FileSystem | None = None) -> str | None:
-    """Why ``path`` is not a readable score part (truncated, not Parquet, wrong columns), or
-    None when its footer and schema read fine. Reads the footer only. ``filesystem``: the
-    store's (local when None)."""
+#: ``(path, size, mtime_ns) -> problem or None`` of the parts verified in this process (a part
+#: rewritten or damaged in place changes its mtime and is verified again).
+_VERIFIED: dict[tuple, str | None] = {}
+
+
+#: Columns every score part has (a file without them is no score part).
+SCORE_PART_COLUMNS = ("key", "cell_key", "scored_at")
+
+
+def damaged_part(path: PartPath, filesystem: pafs.FileSystem | None = None,
+                 columns: tuple[str, ...] = SCORE_PART_COLUMNS) -> str | None:
+    """Why ``path`` is not a sound score part, or None when it is. Reads the whole file once
+    per process (per size and mtime): magic bytes, the footer, the score columns, and the
+    sha256 of the file against the footer's :data:`CHECKSUM_KEY`, so a part damaged
+    anywhere (truncated, bytes zeroed mid-file, not Parquet) is found before any reader
+    trips on it. A part written before checksums existed is decoded whole instead.
+    ``filesystem``: the store's (local when None). Returns ``"vanished"`` for a file removed
+    since it was listed."""
+    fs = filesystem or pafs.LocalFileSystem()
+    info = fs.get_file_info(str(path))
+    if info.type == pafs.FileType.NotFound:
+        return "vanished"
+    ident = (str(path), info.size, info.mtime_ns, columns)
+    if ident not in _VERIFIED:
+        _VERIFIED[ident] = _verify(str(path), fs, columns)
+    return _VERIFIED[ident]
+
+
+def _verify(path: str, fs: pafs.FileSystem, columns: tuple[str, ...]) -> str | None:
     try:
-        meta = pq.read_metadata(str(path), filesystem=filesystem)
-        names = set(meta.schema.to_arrow_schema().names)
+        with fs.open_input_stream(path) as src:
+            data = src.read()
     except FileNotFoundError:
         return "vanished"
+    except OSError as exc:
+        return f"unreadable: {getattr(exc, 'strerror', None) or exc}"
+    if len(data) < 12 or data[:4] != b"PAR1" or data[-4:] != b"PAR1":
+        return f"not Parquet ({len(data)} bytes, no PAR1 magic at both ends)"
+    try:
+        meta = pq.read_metadata(pa.BufferReader(data))
+        names = set(meta.schema.to_arrow_schema().names)
+        stored = (meta.metadata or {}).get(CHECKSUM_KEY)
+        if stored is None:  # a part of an older version: decode every page instead
+            pq.read_table(pa.BufferReader(data))
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for broken files
-        if filesystem is not None and filesystem.get_file_info(str(path)).type == pafs.FileType.NotFound:
-            return "vanished"
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else 'unreadable'}"
-    if not {"key", "cell_key", "scored_at"} <= names:
-        return "not a score part (no key/cell_key/scored_at columns)"
+    if stored is not None and _checksum_problem(data, stored):
+        return _checksum_problem(data, stored)
+    if not set(columns) <= names:
+        return f"not a part of this store (no {'/'.join(columns)} columns)"
     return None
+
+
+def storable_sql(text: str | None, max_chars: int) -> str | None:
+    """A SQL text as stored (:func:`storable_text`); longer than ``max_chars`` (the
+    ``limits.max_sql_chars`` the sandbox refuses it for) it is cut to its first ``max_chars``
+    characters followed by ``/* polysql_ray: truncated: N characters in all */``, so a 50 MB
+    prediction costs the store ``max_chars``, not 50 MB, and its row still says how long it was."""
+    if text is not None and len(text) > max_chars:
+        text = f"{text[:max_chars]}\n/* polysql_ray: truncated: {len(text)} characters in all */"
+    return storable_text(text)
 
 
 def dedup(table: pa.Table) -> pa.Table:
@@ -750,6 +905,7 @@ class BufferedWriter:
         self._last = self._clock()
         self._parts: list[pa.Table] = []
         self._rows = 0
+        self.dropped = 0
         self.files: list[Path] = []
 
     def _due(self) -> bool:
@@ -769,9 +925,19 @@ class BufferedWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Write everything buffered now."""
+        """Write everything buffered now. Raises :class:`StoreError` (one line) when the store
+        cannot take the write; after that the store is failed and later flushes drop what is
+        buffered (counted in :attr:`dropped`; the next run rescores those rows)."""
         if self._parts:
-            self.files.extend(self.store.append(pa.concat_tables(self._parts)))
+            if getattr(self.store, "failed", None) is not None:
+                self.dropped += self._rows
+            else:
+                try:
+                    self.files.extend(self.store.append(pa.concat_tables(self._parts)))
+                except StoreError:
+                    self.dropped += self._rows
+                    self._parts, self._rows = [], 0
+                    raise
             self._parts, self._rows = [], 0
             _POINTS.reach("part_written")
         self._last = self._clock()
@@ -781,5 +947,9 @@ class BufferedWriter:
     def __enter__(self) -> "BufferedWriter":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.flush()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.flush()
+            return
+        with contextlib.suppress(StoreError):  # the error already propagating is the one to show
+            self.flush()
