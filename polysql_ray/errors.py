@@ -8,7 +8,7 @@ from polysql_ray.engines.declaration import DeclaredTable
 #: Exception class names whose message already names what to fix; printed without a traceback.
 USER_ERRORS = ("ConfigError", "DatasetError", "GeneratorConfigError", "ReplicationError", "ReplayError",
                "StoreError", "FileNotFoundError", "ConfigCompositionException", "ServerUnavailable",
-               "GeneratorUnavailable")
+               "GeneratorUnavailable", "MissingExtra")
 
 #: How to bring up each server engine on a machine like the CI one (README "Two commands"):
 #: declared by each engine class as ``server_start`` (``engines/<name>.py``).

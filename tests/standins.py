@@ -45,11 +45,16 @@ def _serve(argv: list[str], port: int, name: str, wait_s: float):
         cm.__exit__(None, None, None)
 
 
+#: The tests' bound on a stand-in starting to listen (a condition the process signals; a loaded
+#: machine only makes it later, and a process that exits first fails at once).
+WAIT_S = 600.0
+
+
 def _standin(name: str, wait_s: float | None):
     standin_executable(name)  # skip (or fail) here when it cannot be built
     port = free_port()
     argv = _impl.launch_argv(name, port)
-    return _serve(argv, port, name, wait_s or _impl.WAIT_S[name])
+    return _serve(argv, port, name, wait_s or max(WAIT_S, _impl.WAIT_S[name]))
 
 
 def fakesnow_server(wait_s: float | None = None):

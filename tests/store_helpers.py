@@ -17,9 +17,12 @@ def second_writer_order(first, second, capsys) -> list[str]:
 
         t = threading.Thread(target=other)
         t.start()
-        for _ in range(200):
-            if "waiting for it to finish" in capsys.readouterr().err:
-                break
+        # the second writer says on stderr that it waits: wait for that line (a generous bound
+        # on a condition the code signals), never for a fixed time
+        deadline, said = time.monotonic() + 600, ""
+        while "waiting for it to finish" not in said:
+            assert time.monotonic() < deadline, "the second writer never said that it waits"
+            said += capsys.readouterr().err
             time.sleep(0.05)
         order.append("first done")
     t.join()

@@ -22,7 +22,10 @@ from polysql_ray.engines.servers import ServerSettings  # noqa: E402
 from polysql_ray.replication.base import get_writer, replicate  # noqa: E402
 
 ENGINES = {"postgres": PostgresEngine, "mysql": MySQLEngine}
-LIM = Limits(timeout_s=1.0, row_cap=50)
+#: Statements expected to run: a timeout that load never reaches (a slow OK is still OK).
+LIM = Limits(timeout_s=120.0, row_cap=50)
+#: Statements expected to time out (they never end on their own, so load cannot change them).
+SHORT = Limits(timeout_s=1.0, row_cap=50)
 
 # (sql, expected statuses) per engine; every one must leave the replica unchanged
 HOSTILE = {
@@ -111,7 +114,7 @@ def test_hostile_sql_is_contained(engine, replicas):
     before = writer.fingerprint(rep.location)
     assert before == rep.manifest.copy_fingerprint
     for sql, expected in HOSTILE["common"] + HOSTILE[engine.name]:
-        r = engine.execute(rep.location, sql, LIM)
+        r = engine.execute(rep.location, sql, SHORT if S.TIMEOUT in expected else LIM)
         assert r.status in expected, (sql, r.status, r.error)
     assert writer.fingerprint(rep.location) == before
     assert writer.checksums(rep.location, rep.manifest.tables) == rep.manifest.checksums
@@ -244,7 +247,7 @@ def test_one_outage_budget_however_many_refused_statements_come_between(name, re
     loc = replicas[name].location
     db = loc.split("/")[0]
     gone = loc.replace(db, db + "_gone", 1)
-    actor = ExecutionActor(name, {"pool_size": 1}, {"timeout_s": 1.0, "row_cap": 50}, retry_s=1.0)
+    actor = ExecutionActor(name, {"pool_size": 1}, {"timeout_s": 120.0, "row_cap": 50}, retry_s=1.0)
     *out, stats = actor.execute_batch([(gone, "SELECT 1"), (loc, "DROP TABLE singer")] * 5)
     assert [r.status for r in out] == [S.UNAVAILABLE, S.REJECTED] * 5
     assert stats["retries"] <= 3, stats  # the first statement's budget only (10 before the fix)

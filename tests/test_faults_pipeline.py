@@ -1,13 +1,16 @@
 """Faults through the real pipeline, on a PRIVATE MariaDB instance this module starts on its
 own port and data folder (the shared servers are never stopped):
 
-* the server killed (``SIGKILL``) before the executions and started again a few seconds later
-  ends with the same verdicts as an undisturbed run (executions retried with backoff);
+* the server killed (``SIGKILL``) before the executions and started again once an execution
+  has met the outage ends with the same verdicts as an undisturbed run (executions retried with backoff);
 * a server that stays down past ``pipeline.unavailable_retry_s``: its rows are stored as
   ``unavailable`` (never as model failures), excluded from EX, and the next run scores them
   with the verdicts of an undisturbed run;
 * an execution actor killed mid-run is restarted and its batch retried: same verdicts;
 * a run joins no existing Ray cluster unless ``ray.address`` says so.
+
+The moments of each fault are named points of the code (:mod:`polysql_ray.faults`), never
+sleeps or timing, so a loaded machine cannot reorder them.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import pytest
 
 from polysql_ray.config import compose
 from polysql_ray.pipeline.driver import ray_init_kwargs, run
+from tests.fault_points import Points
 
 pytestmark = pytest.mark.slow
 
@@ -56,11 +60,11 @@ class PrivateMariaDB:
              f"--socket={self.root / 'sock'}", "--user=root", "--bind-address=127.0.0.1",
              "--skip-log-bin", f"--pid-file={self.root / 'pid'}", *self.args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(300):
-            if not _free(self.port):
-                return
+        deadline = time.monotonic() + 600  # a generous bound on a condition the server signals
+        while _free(self.port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("private MariaDB did not start")
             time.sleep(0.1)
-        raise RuntimeError("private MariaDB did not start")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -110,60 +114,52 @@ def baseline(ray_session, mariadb, tmp_path_factory):
     return replicas, _verdicts(out)
 
 
-def _actor_pids() -> list[int]:
-    """Processes of execution actors of this test's own Ray cluster (started below this
-    process), from /proc."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [os.getpid()]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            todo.append(c)
-            try:
-                if b"ExecutionActor" in Path(f"/proc/{c}/cmdline").read_bytes():
-                    out.append(c)
-            except OSError:
-                pass
-    return out
+class Outage:
+    """Orders a server outage on the named fault points of the MySQL execution actor
+    (:mod:`polysql_ray.faults`), never on timing: the actor is held before its first statement
+    (replication is done by then), the server is killed, the actor released; with ``restart``,
+    the server is started again once an execution has met the dead server (point
+    ``unavailable``). Errors of the ordering thread are raised by :meth:`join`."""
 
+    def __init__(self, server: PrivateMariaDB, folder: Path, restart: bool) -> None:
+        self.points, self.server, self.restart = Points(folder), server, restart
+        self.error: BaseException | None = None
+        self.points.hold("execute")
+        self.thread = threading.Thread(target=self._go, daemon=True)
+        self.thread.start()
 
-def _actor_alive() -> bool:
-    return bool(_actor_pids())
+    @property
+    def override(self) -> str:
+        return f"+engines.mysql._fault_points={self.points.folder}"
 
+    def _go(self) -> None:
+        try:
+            self.points.wait("execute")
+            self.server.kill()
+            self.points.release("execute")
+            if self.restart:
+                self.points.wait("unavailable")
+                self.server.start()
+        except BaseException as exc:  # noqa: BLE001 — raised in the test by join()
+            self.error = exc
+        finally:
+            self.points.release("execute")
 
-def _kill_when_replicated(server: PrivateMariaDB, replicas: Path, restart: bool,
-                          copies: int = 2) -> threading.Thread:
-    """Kill the server as soon as the manifests of all ``copies`` exist (replication done,
-    executions not yet started); with ``restart``, start it again 2 s after an execution actor
-    is alive (the executions have met the dead server by then)."""
-    def go():
-        while len(list(replicas.glob("mysql/**/manifest.json"))) < copies:
-            time.sleep(0.01)
-        server.kill()
-        if restart:
-            while not _actor_alive():
-                time.sleep(0.05)
-            time.sleep(2.0)
-            server.start()
-
-    t = threading.Thread(target=go, daemon=True)
-    t.start()
-    return t
+    def join(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def test_server_killed_and_restarted_mid_run_gives_the_same_verdicts(baseline, mariadb, tmp_path):
     _, expected = baseline
-    replicas = tmp_path / "replicas"  # a fresh copy, so the kill lands between copy and executions
-    t = _kill_when_replicated(mariadb, replicas, restart=True)
-    stats, table = run(*_cfg(tmp_path / "r", replicas))
-    t.join()
-    assert stats.exec_retries > 0, "the outage was not met (the kill came too late)"
+    replicas = tmp_path / "replicas"  # a fresh copy: replication meets the live server
+    outage = Outage(mariadb, tmp_path / "points", restart=True)
+    # the outage lasts as long as the restart takes: a generous budget, so load cannot end it
+    stats, table = run(*_cfg(tmp_path / "r", replicas, outage.override, "pipeline.unavailable_retry_s=900"))
+    outage.join()
+    assert outage.points.pids("unavailable"), "no execution met the outage"
+    assert stats.exec_retries > 0, "the outage was met but not retried"
     assert not stats.unavailable and stats.items_scored == 34
     assert _verdicts(tmp_path / "r") == expected
 
@@ -172,10 +168,10 @@ def test_server_down_for_good_stores_unavailable_then_rerun_scores_it(baseline, 
     _, expected = baseline
     replicas = tmp_path / "replicas"
     out = tmp_path / "r"
-    t = _kill_when_replicated(mariadb, replicas, restart=False)
+    outage = Outage(mariadb, tmp_path / "points", restart=False)
     try:
-        stats, table = run(*_cfg(out, replicas, "pipeline.unavailable_retry_s=1"))
-        t.join()
+        stats, table = run(*_cfg(out, replicas, outage.override, "pipeline.unavailable_retry_s=1"))
+        outage.join()
         assert sum(stats.unavailable.values()) > 0 and set(stats.unavailable) == {"mysql"}
         scored = _verdicts(out)
         assert all(v[0] != "fail" or not v[1].endswith("unavailable") for v in scored.values())
@@ -193,25 +189,37 @@ def test_server_down_for_good_stores_unavailable_then_rerun_scores_it(baseline, 
 
 
 def test_actor_killed_mid_run_is_restarted_and_its_batch_retried(baseline, mariadb, tmp_path):
-    """Kill the MySQL execution actor's process while it sleeps inside a batch."""
+    """Kill the MySQL execution actor's process while it is inside a batch (held at the fault
+    point ``execute`` before its first statement); its restarted process runs the batch again."""
     replicas, expected = baseline
-    cfg, loader, text = _cfg(tmp_path / "r", replicas, "pipeline.exec_batch_size=4")
-    killed = []
+    points = Points(tmp_path / "points")
+    points.hold("execute")
+    killed: list[int] = []
+    errors: list[BaseException] = []
+    finished = threading.Event()
 
     def killer():
-        for _ in range(1200):
-            pids = _actor_pids()
+        try:
+            pids = points.wait("execute", alive=lambda: not finished.is_set())
             if pids:
                 os.kill(pids[0], signal.SIGKILL)
                 killed.append(pids[0])
-                return
-            time.sleep(0.05)
+        except BaseException as exc:  # noqa: BLE001 — reported by the test
+            errors.append(exc)
+        finally:
+            points.release("execute")
 
     t = threading.Thread(target=killer, daemon=True)
     t.start()
-    stats, _ = run(cfg, loader, text)
-    t.join()
-    assert killed, "no execution actor was seen alive"
+    try:
+        stats, _ = run(*_cfg(tmp_path / "r", replicas, "pipeline.exec_batch_size=4",
+                             f"+engines.mysql._fault_points={points.folder}"))
+    finally:
+        finished.set()
+        t.join()
+    assert not errors, errors
+    assert killed, f"no execution actor reached its first statement: {stats}"
+    assert set(points.pids("execute")) - set(killed), "no restarted actor ran the batch again"
     assert stats.items_scored == 34 and not stats.unavailable
     assert _verdicts(tmp_path / "r") == expected
 

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 #: database suites) uses datasets, replication, engines and comparison; config validates
 #: ``suite.*`` with it, and the pipeline will run suite EX with it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("__init__", "lazy", "redaction", "resolvers", "engines", "quickstart"),
+    ("__init__", "lazy", "faults", "extras", "redaction", "resolvers", "engines", "quickstart"),
     ("errors", "datasets"),
     ("replication", "jobs_cli"),
     ("generation",),

@@ -7,10 +7,11 @@ engine's execution actor asks for 2 (``engines.<name>.num_cpus=2``), so the sqli
 actors cannot share a node; the CPU left on each node takes scoring tasks. Which node ran what
 is read back from Ray's own records (GCS actor table and task events), not from the pipeline.
 
-Node loss: once the first scored rows are in the store the worker node is removed and a fresh
-one added (what Kubernetes does with a lost pod). The current driver does not restart execution
-actors, so that run stops with ``ActorDiedError``; the test then reruns, as a user would, and
-requires exactly one row per planned item with the same verdicts as the undisturbed run. A driver
+Node loss: once the first scored rows are in the store (the driver held there at a named fault
+point, :mod:`polysql_ray.faults`) the worker node is removed and a fresh one added (what
+Kubernetes does with a lost pod). The current driver does not restart execution actors, so that
+run stops with ``ActorDiedError``; the test then reruns, as a user would, and requires exactly
+one row per planned item with the same verdicts as the undisturbed run. A driver
 that survives the loss within one run passes the same test without the rerun.
 
 Everything runs in one child process (``python tests/test_multinode.py OUT``) with its own Ray
@@ -32,6 +33,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+from polysql_ray.faults import ENV as FAULT_ENV
+from tests.fault_points import Points
 
 ROOT = Path(__file__).resolve().parents[1]
 SCORE_BATCH = 17  # 204 quickstart items = 12 scoring tasks of 17: items per node = 17 x tasks there
@@ -60,24 +64,27 @@ def _tasks_per_node(events, nodes: dict[str, str], job: str) -> collections.Coun
     return collections.Counter((name_of.get(t, "?"), n) for t, n in node_of.items())
 
 
-def _placement(nodes: dict[str, str]) -> dict:
+def _placement(nodes: dict[str, str], executions: int, scoring_tasks: int) -> dict:
     """Where this driver's execution actors, executions and scoring tasks ran.
 
     From the GCS actor table and task-event table (``ray.util.state`` needs the dashboard, which
     ray[data] does not install); only this driver's job counts. Workers report task events about
-    every second: read until two reads a few seconds apart agree.
+    every second, so the table is read until it holds the run's ``executions`` actor calls and
+    ``scoring_tasks`` scoring tasks (the counts the run itself reports), within a generous bound;
+    what it holds then is returned, and the test compares.
     """
     import ray
     from ray._private import state
 
     job = ray.get_runtime_context().get_job_id()
-    per_node, previous = collections.Counter(), None
-    for _ in range(20):
+    deadline = time.monotonic() + 600
+    while True:
         per_node = _tasks_per_node(state.state._get_all_task_events(), nodes, job)
-        if per_node == previous:
+        seen_exec = sum(n for (name, _), n in per_node.items() if name == "ExecutionActor.execute_batch")
+        seen_score = sum(n for (name, _), n in per_node.items() if name == "score_batch")
+        if (seen_exec >= executions and seen_score >= scoring_tasks) or time.monotonic() > deadline:
             break
-        previous = per_node
-        time.sleep(3)
+        time.sleep(0.5)
     actors = collections.Counter(nodes.get(a["Address"]["NodeID"], "?") for a in state.actors().values()
                                  if a["ActorClassName"] == "ExecutionActor" and a["JobID"] == job)
     return {"executions": {n: per_node[("ExecutionActor.execute_batch", n)] for n in ("head", "worker")},
@@ -103,8 +110,10 @@ def scenario(out: Path) -> dict:
         cluster.wait_for_nodes()
         nodes = {cluster.head_node.node_id: "head", worker.node_id: "worker"}
         stats, _ = run(*compose(_overrides(cluster, out / "clean")))
+        exec_unique = sum(stats.exec_unique.values())
         report = {"clean": {"items_total": stats.items_total, "items_scored": stats.items_scored,
-                            "exec_unique": sum(stats.exec_unique.values()), **_placement(nodes)}}
+                            "exec_unique": exec_unique,
+                            **_placement(nodes, exec_unique, -(-stats.items_total // SCORE_BATCH))}}
 
         # the same sweep into a new store; the worker node goes away mid-run
         cfg = compose(_overrides(cluster, out / "lost"))
@@ -116,15 +125,23 @@ def scenario(out: Path) -> dict:
             except Exception as exc:  # noqa: BLE001 — reported to the test
                 outcome["error"] = f"{type(exc).__name__}: {exc}"
 
+        # the driver is held at the fault point ``part_written`` (polysql_ray.faults) once its
+        # first part file is stored, the node is replaced, then the driver goes on: mid-run by
+        # construction, whatever the machine's load
+        points = Points(out / "points")
+        points.hold("part_written")
+        os.environ[FAULT_ENV] = str(points.folder)
         thread = threading.Thread(target=first_run, daemon=True)
         thread.start()
-        while thread.is_alive() and not _stored_parts(out / "lost"):
-            time.sleep(0.05)
-        removed_with_parts = len(_stored_parts(out / "lost"))
-        finished_before_removal = not thread.is_alive()
-        cluster.remove_node(worker)
-        cluster.add_node(num_cpus=3)  # the replacement node
-        cluster.wait_for_nodes()
+        try:
+            points.wait("part_written", alive=thread.is_alive)
+            removed_with_parts = len(_stored_parts(out / "lost"))
+            finished_before_removal = not thread.is_alive()
+            cluster.remove_node(worker)
+            cluster.add_node(num_cpus=3)  # the replacement node
+            cluster.wait_for_nodes()
+        finally:
+            points.release("part_written")
         thread.join(timeout=600)
         lost = {"parts_at_removal": removed_with_parts, "finished_before_removal": finished_before_removal,
                 "first_run_alive": thread.is_alive(), "first_run": outcome,

@@ -6,7 +6,6 @@ import logging
 import socket
 import sqlite3
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -28,7 +27,9 @@ class FakeServer:
         self.always_status = None    # answer every request with this HTTP status
         self.reply = "Here it is:\n```sql\nSELECT count(*) FROM singer;\n```"
         self.finish_reason = "stop"
-        self.delay_s = 0.0
+        self.gate: tuple[int, int] | None = None  # (k, n): hold each request until k are in
+        #                                            flight or all n have arrived (a barrier)
+        self.arrived = threading.Condition(self.lock)
         self.requests: list[dict] = []
         self.auth: list[str | None] = []
         self.inflight = 0
@@ -46,13 +47,17 @@ class FakeServer:
                     server.auth.append(self.headers.get("Authorization"))
                     server.inflight += 1
                     server.max_inflight = max(server.max_inflight, server.inflight)
+                    server.arrived.notify_all()
                     fail = server.always_status
                     if fail is None and server.fail_first > 0:
                         server.fail_first -= 1
                         fail = 503
                 try:
-                    if server.delay_s:
-                        time.sleep(server.delay_s)
+                    if server.gate is not None:
+                        k, n = server.gate
+                        with server.lock:  # a generous bound: the client's requests are the signal
+                            server.arrived.wait_for(lambda: server.inflight >= k or len(server.requests) >= n,
+                                                    timeout=600)
                     if self.path != "/v1/chat/completions":
                         fail = 404
                     if fail is not None:
@@ -111,7 +116,8 @@ def examples(tmp_path):
                     "SELECT count(*) FROM singer", "sqlite", "sqlite", src, position=i) for i in range(5)]
 
 
-FAST = RetryPolicy(max_retries=3, backoff_s=0.01, backoff_max_s=0.05, jitter=0.0, timeout_s=5)
+# timeout_s: long enough that load never times a request out (a retry would change the counts)
+FAST = RetryPolicy(max_retries=3, backoff_s=0.01, backoff_max_s=0.05, jitter=0.0, timeout_s=600)
 
 
 def make(url, **kw):
@@ -179,10 +185,12 @@ def test_dead_server_connection_refused(examples):
 
 
 def test_concurrency_is_bounded(server, examples):
-    server.delay_s = 0.05
+    """Each request is held until two are in flight (or all have arrived): the client must
+    reach its bound of 2, and never pass it."""
+    server.gate = (2, len(examples))
     preds = make(server.url, concurrency=2).generate(examples, "sqlite", "11")
     assert all(p.status == GenStatus.OK for p in preds)
-    assert 1 <= server.max_inflight <= 2
+    assert server.max_inflight == 2 and len(server.requests) == len(examples)
 
 
 def test_truncated_and_no_sql_statuses(server, examples):

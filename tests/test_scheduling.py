@@ -26,14 +26,13 @@ def test_custom_resource_pins_the_execution_actor(ray_session, tmp_path):
     check_fits(_cfg({"polysql_test_node": 1}), ["sqlite"])  # the node has it: no error
     actor = ray.remote(ExecutionActor).options(num_cpus=0.5, resources={"polysql_test_node": 1}).remote(
         "sqlite", {}, {"timeout_s": 5})
-    ray.get(actor.ping.remote(), timeout=60)
+    ray.get(actor.ping.remote(), timeout=600)
     # the actor holds the node's only unit of the resource while it lives (resource views are
-    # eventually consistent: poll briefly)
+    # eventually consistent: wait for the view to say so, within a generous bound)
     import time
 
-    for _ in range(50):
-        if ray.available_resources().get("polysql_test_node", 0.0) == 0.0:
-            break
+    deadline = time.monotonic() + 300
+    while ray.available_resources().get("polysql_test_node", 0.0) != 0.0 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert ray.available_resources().get("polysql_test_node", 0.0) == 0.0
     ray.kill(actor)

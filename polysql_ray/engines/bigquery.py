@@ -43,6 +43,7 @@ from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 from polysql_ray.engines.declaration import ConnectionBehaviour, StructuralFacts
 from polysql_ray.engines.identifiers import IdentifierRules
 from polysql_ray.engines.servers import ServerEngine
+from polysql_ray.extras import require
 
 S = ExecStatus
 
@@ -123,7 +124,7 @@ def make_client(settings: dict):
     emulator) -- ``anonymous``. No credential is ever a setting's value.
 
     Raises ValueError for ``anonymous`` without an endpoint (never against Google)."""
-    from google.cloud import bigquery
+    bigquery = require("google.cloud.bigquery", "the bigquery engine")
 
     kw: dict[str, Any] = {}
     if settings.get("api_endpoint"):
@@ -227,7 +228,7 @@ class BigQueryEngine(ServerEngine):
         import time
         import uuid
 
-        from google.cloud import bigquery
+        bigquery = require("google.cloud.bigquery", "the bigquery engine")
 
         from polysql_ray.engines.watchdog import DeadlineExceeded, call_with_deadline
 

@@ -40,14 +40,10 @@ renamed by ClickHouse (``b.id``); comparison is positional.
 """
 from __future__ import annotations
 
-import atexit
 import hashlib
 import importlib
 import json
-import os
 import re
-import shutil
-import tempfile
 import threading
 from pathlib import Path
 
@@ -57,6 +53,8 @@ from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 from polysql_ray.engines.declaration import ConnectionBehaviour, StructuralFacts
 from polysql_ray.engines.embedded import EmbeddedEngine, Unusable
 from polysql_ray.engines.identifiers import IdentifierRules
+from polysql_ray.engines.scratch import owned_temp_dir, sweep_orphans
+from polysql_ray.extras import require
 
 S = ExecStatus
 
@@ -247,28 +245,15 @@ def process_data_path(root: str | None = None) -> str:
     """
     with _PROCESS_LOCK:
         if _PROCESS["path"] is None:
-            remove_orphaned_paths(root)
-            path = tempfile.mkdtemp(prefix=f"polysql-chdb-{os.getpid()}-", dir=root)
-            _PROCESS["path"] = path
-            atexit.register(shutil.rmtree, path, True)
+            _PROCESS["path"] = owned_temp_dir("chdb", root)
         return str(_PROCESS["path"])
 
 
 def remove_orphaned_paths(root: str | None = None) -> list[str]:
     """Delete ``polysql-chdb-<pid>-*`` data paths under ``root`` whose process is gone (a Ray
-    worker killed at shutdown never runs its exit hook). Assumes ``root`` is not shared with
-    processes in another PID namespace. Returns the paths removed."""
-    removed = []
-    for p in Path(root or tempfile.gettempdir()).glob("polysql-chdb-*-*"):
-        try:
-            pid = int(p.name.split("-")[2])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(str(p))
-        except (ValueError, IndexError, PermissionError):
-            continue  # not ours to judge / process alive under another user
-    return removed
+    worker killed at shutdown never runs its exit hook); :func:`polysql_ray.engines.scratch.sweep_orphans`.
+    Returns the paths removed."""
+    return sweep_orphans("chdb", root)
 
 
 def process_denied() -> frozenset[str]:
@@ -286,7 +271,7 @@ def process_denied() -> frozenset[str]:
 
 def _loader():
     """The trusted writable connection of this process (never runs model SQL)."""
-    import chdb
+    chdb = require("chdb", "the clickhouse engine")
 
     with _PROCESS_LOCK:
         if _PROCESS["loader"] is None:
@@ -426,7 +411,7 @@ class ClickHouseEngine(EmbeddedEngine):
         return self._server.identity() if self._server is not None else super().identity()
 
     def _reader(self, limits: Limits):
-        import chdb
+        chdb = require("chdb", "the clickhouse engine")
 
         key = (limits.timeout_s, limits.row_cap, limits.max_bytes)
         con = self._readers.get(key)

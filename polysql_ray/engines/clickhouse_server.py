@@ -135,7 +135,9 @@ class ClickHouseServerEngine:
 
     # ------------------------------------------------------------------ connections
     def _client(self, admin: bool, read_timeout_s: float):
-        import clickhouse_connect
+        from polysql_ray.extras import require
+
+        clickhouse_connect = require("clickhouse_connect", "the clickhouse engine (engines.clickhouse.host)")
 
         key = (admin, read_timeout_s)
         with self._lock:

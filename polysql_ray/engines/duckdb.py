@@ -155,13 +155,14 @@ class DuckDBEngine(EmbeddedEngine):
     driver_errors = open_errors
 
     def __init__(self, threads: int = 1, memory_limit: str = "2GB", max_temp_size: str = "1GB"):
-        import tempfile
+        from polysql_ray.engines.scratch import owned_temp_dir
 
         super().__init__()
         self.threads = threads
         self.memory_limit = memory_limit
         self.max_temp_size = max_temp_size
-        self._temp_dir = tempfile.mkdtemp(prefix="polysql-duckdb-")
+        # spill folder of this process: removed on close/exit, swept by the next engine if killed
+        self._temp_dir = owned_temp_dir("duckdb")
         self._conns: dict[str, duckdb.DuckDBPyConnection] = {}
 
     def open(self, location: str, limits: Limits) -> duckdb.DuckDBPyConnection:
@@ -229,6 +230,6 @@ class DuckDBEngine(EmbeddedEngine):
             for con in self._conns.values():
                 con.close()
             self._conns.clear()
-        import shutil
+        from polysql_ray.engines.scratch import release
 
-        shutil.rmtree(self._temp_dir, ignore_errors=True)
+        release(self._temp_dir)

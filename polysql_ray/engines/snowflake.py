@@ -43,6 +43,7 @@ from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 from polysql_ray.engines.declaration import ConnectionBehaviour, StructuralFacts
 from polysql_ray.engines.identifiers import IdentifierRules
 from polysql_ray.engines.servers import ConnectionPool, ServerEngine, ServerSettings, classify, rows_to_arrow
+from polysql_ray.extras import require
 
 S = ExecStatus
 
@@ -137,7 +138,7 @@ def schema_name(dataset: str, db_id: str, tag: str = "") -> str:
 
 def connect(settings: ServerSettings, admin: bool = False, timeout_s: float | None = None):
     """Open a connector connection (reader role unless ``admin``). Raises connector errors."""
-    import snowflake.connector as sc
+    sc = require("snowflake.connector", "the snowflake engine")
 
     x = settings.extra
     kw: dict[str, Any] = dict(

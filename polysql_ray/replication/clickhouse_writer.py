@@ -54,7 +54,9 @@ class ClickHouseWriter(FileTargetWriter):
 
     def version(self) -> str:
         """``chdb <version> / ClickHouse <engine version>`` (part of the reuse key)."""
-        import chdb
+        from polysql_ray.extras import require
+
+        chdb = require("chdb", "the clickhouse engine")
 
         return f"chdb {chdb.__version__} / ClickHouse {chdb.engine_version}"
 

@@ -86,6 +86,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from polysql_ray.faults import FaultPoints
 from polysql_ray.redaction import redact, redact_text
 from polysql_ray.store.schema import SCORE_SCHEMA
 
@@ -874,6 +875,10 @@ def dedup(table: pa.Table) -> pa.Table:
     return order.filter(keep).drop_columns(["_i"])
 
 
+#: Named fault point ``part_written`` (after score rows reached the store), :mod:`polysql_ray.faults`.
+_POINTS = FaultPoints()
+
+
 class BufferedWriter:
     """Collects scored batches and writes them as few, larger part files.
 
@@ -934,6 +939,7 @@ class BufferedWriter:
                     self._parts, self._rows = [], 0
                     raise
             self._parts, self._rows = [], 0
+            _POINTS.reach("part_written")
         self._last = self._clock()
 
     close = flush
