@@ -429,7 +429,7 @@ class MySQLEngine(ServerEngine):
                 # it is closed or collected (SELECT seq FROM seq_1_to_1000000000000 read rows until
                 # max_statement_time, 3x the limit on a loaded machine)
                 timer.cancel()
-                self._kill_query(conn.thread_id)
+                self._kill_query(location, conn.thread_id)
                 if cur._result is not None:  # PyMySQL would spin reading rows until EOF
                     cur._result.unbuffered_active = False
                 cur._result = None
