@@ -56,8 +56,11 @@ def _build(kv: dict):
 
     raw = kv["db_ids"]
     wanted = {str(d) for d in raw} if isinstance(raw, (list, tuple)) else {d for d in str(raw or "").split(",") if d}
-    settings = SuiteSettings.from_config({"size": kv["size"], "seed": kv["seed"], "candidates": kv["candidates"],
-                                          "max_rows": kv["max_rows"]})
+    try:
+        settings = SuiteSettings.from_config({"size": kv["size"], "seed": kv["seed"],
+                                              "candidates": kv["candidates"], "max_rows": kv["max_rows"]})
+    except ValueError as e:  # a bad value is the user's to fix: one line, exit 2
+        raise UsageError(str(e)) from None
     root = Path(str(kv["root"]))
     if not (root / "dev.json").exists():
         raise UsageError(f"root={root}: no dev.json there (expected the Spider layout)")

@@ -162,3 +162,13 @@ def test_a_real_spider_database(tmp_path):
     f = s.figures
     assert f["generated"] == 3 and f["kept"] >= 1 and f["golds_run_on_source"] == len(golds)
     assert f["distinguished_source_or_suite"] > f["distinguished_source"]
+
+
+@pytest.mark.parametrize("arg", ["size=0", "seed=abc", "candidates=2"])
+def test_a_bad_suite_setting_is_one_line_and_exit_2(arg, capsys):
+    from jobs.suites import PROG, main
+    from polysql_ray.jobs_cli import run_job
+
+    assert run_job(PROG, main, ["build", arg]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{PROG}: error: suite.")
