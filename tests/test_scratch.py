@@ -84,7 +84,10 @@ def test_killed_execution_actor_folder_is_swept_by_the_next_actor(ray_session, t
     env = {"env_vars": {"TMPDIR": str(tmp_path)}}  # the actors' temp folder: this test's own
     cls = ray.remote(ExecutionActor).options(num_cpus=0.5, runtime_env=env, max_restarts=0)
     before = _folders(tmp_path)
-    first = cls.remote("duckdb", {}, {"timeout_s": 60})
+    # the engine inside the actor (by default it runs in a child process of the actor, which
+    # owns the folder then; a child orphaned by a killed actor exits by itself, engines/child.py)
+    in_actor = {"child_process": False}
+    first = cls.remote("duckdb", in_actor, {"timeout_s": 60})
     assert ray.get(first.ping.remote(), timeout=600) == "duckdb"
     with_actor = _folders(tmp_path)
     assert len(with_actor) == len(before) + 1
@@ -96,7 +99,7 @@ def test_killed_execution_actor_folder_is_swept_by_the_next_actor(ray_session, t
         time.sleep(0.1)
     after_kill = _folders(tmp_path)
     assert after_kill == with_actor  # killed: its exit hook never ran
-    second = cls.remote("duckdb", {}, {"timeout_s": 60})
+    second = cls.remote("duckdb", in_actor, {"timeout_s": 60})
     assert ray.get(second.ping.remote(), timeout=600) == "duckdb"
     after_next = _folders(tmp_path)
     assert len(after_next) == 1 and after_next != after_kill  # only the live actor's folder
