@@ -148,7 +148,7 @@ SETTINGS: dict[str, tuple[str, float | None, bool]] = {
     "pipeline.generation_prefetch_cells": ("int", 0, True),
     "pipeline.exec_cache_size": ("int", 0, True),
     "pipeline.flush_rows": ("int", 1, True),
-    "pipeline.flush_s": ("number", 0, False),
+    "pipeline.flush_s": ("number", 0, True),   # 0: write after every scored batch
     "pipeline.score_num_cpus": ("number", 0, False),
     "pipeline.structural_min_exec_ms": ("number", 0, True),
     "store.lease_s": ("number", 0, False),

@@ -38,7 +38,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     ("+datset=spider", "unknown config key(s) ['datset']: check the spelling"),
     ("pipeline.flush_rows=lots", "pipeline.flush_rows must be a whole number >= 1 (got 'lots')"),
     ("pipeline.flush_rows=0", "pipeline.flush_rows must be a whole number >= 1 (got 0)"),
-    ("pipeline.flush_s=0", "pipeline.flush_s must be a number > 0 (got 0)"),
+    ("pipeline.flush_s=-1", "pipeline.flush_s must be a number >= 0 (got -1)"),
     ("pipeline.exec_batch_size=2.5", "pipeline.exec_batch_size must be a whole number >= 1 (got 2.5)"),
     ("pipeline.score_num_cpus=-1", "pipeline.score_num_cpus must be a number > 0 (got -1)"),
     ("progress=maybe", "progress must be true or false (got 'maybe')"),

@@ -39,7 +39,7 @@ def test_overrides_are_typed_and_checked():
     (("jobs.replicate", "source_dir={tmp}/nowhere"), "is not a folder"),
     (("jobs.replicate", "source_dir={tmp}", "target=duckbd"), "target=duckbd: no target writer; known:"),
     (("jobs.leaderboard", "results_dir={tmp}", "out={tmp}/a_file"), "is a file: give a folder"),
-    (("jobs.fidelity", "step=publish", "results_dir={tmp}"), "expected step=prepare or step=report"),
+    (("jobs.fidelity", "step=publish", "results_dir={tmp}"), "expected step=native, step=prepare or step=report"),
     (("jobs.compact", "results_dir={tmp}/empty"), "no score files under"),
     (("jobs.compact",), "missing results_dir"),
     (("jobs.compact", "results_dir=s3://"), "names no bucket"),

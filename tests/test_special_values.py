@@ -38,11 +38,17 @@ def _duck(sql: str) -> pa.Table:
 
 
 def _chdb(sql: str) -> pa.Table:
+    """``sql`` on chdb through this process's one data path (chdb allows one per process: a
+    bare ``chdb.query`` opens ``:memory:`` and fails once an engine has opened the path)."""
     import chdb
 
-    from polysql_ray.engines.clickhouse import arrow_result
+    from polysql_ray.engines.clickhouse import arrow_result, connection_string, process_data_path
 
-    return arrow_result(chdb.query(sql, "Arrow").bytes())
+    con = chdb.connect(connection_string(process_data_path(), {"readonly": 1}))
+    try:
+        return arrow_result(con.query(sql, "Arrow").bytes())
+    finally:
+        con.close()
 
 
 # ----------------------------------------------------------------------------- canonical values

@@ -120,6 +120,10 @@ def make_engine(name: str, **settings) -> Engine:
     """Instantiate engine ``name`` with its default settings overridden by ``settings``."""
     cls = engine_class(name)
     settings.pop("child_process", None)  # where the engine runs (pipeline/actors.py), not a setting of it
+    # keys with a leading underscore belong to the execution actor (fault points, replica
+    # recipes: pipeline/actors.py), never to the engine; an engine made elsewhere (run-start
+    # identity, replication) drops them
+    settings = {k: v for k, v in settings.items() if not str(k).startswith("_")}
     merged = {**cls.settings, **settings}
     return cls(merged) if cls.takes_mapping else cls(**merged)
 
