@@ -100,7 +100,10 @@ def test_tiny_window_scores_every_item_once_and_a_rerun_scores_nothing(ray_sessi
     import pyarrow.parquet as pq
 
     half = pq.read_table(parts[1])
-    pq.write_table(half.slice(0, 17), parts[1])
+    # rewritten by hand: without the stale footer checksum (a part whose checksum no longer
+    # matches is damaged and quarantined whole, tests/test_faults_store.py)
+    meta = {k: v for k, v in (half.schema.metadata or {}).items() if k != b"polysql.sha256"}
+    pq.write_table(half.slice(0, 17).replace_schema_metadata(meta), parts[1])
     third, table3 = run(cfg, loader, text)
     assert (third.items_scored, third.items_skipped) == (34 + 17, 6 * 34 - 34 - 17)
     assert _rows(out) == [(6 * 34, 6 * 34)]
