@@ -22,30 +22,19 @@ from hostile_cases import CASES, CLASSES, LIMITS, STANDIN_EXPECT, canary, case_i
 
 from polysql_ray.engines.base import ExecStatus as S  # noqa: E402
 
-from tests.warehouse_targets import CHECKSUM_SQL, SOURCE, source_checksum, warehouse  # noqa: E402
+from tests.warehouse_targets import CHECKSUM_SQL, SOURCE, lazy_targets, source_checksum  # noqa: E402
 
 require_data(SOURCE.parent)
 
 ENGINES = ("clickhouse", "snowflake", "bigquery")
 #: Files the catalogue's attacks try to create (chdb's sqlite() created an empty one while refusing).
 EVIL_PATHS = [Path("/tmp/polysql_evil"), Path("/tmp/polysql_evil.db")]
-DRIVERS = {"clickhouse": "chdb", "snowflake": "snowflake.connector", "bigquery": "google.cloud.bigquery"}
 
 
 @pytest.fixture(scope="module")
 def targets(tmp_path_factory):
-    """Started on first use per engine, so a run of one engine's cases starts one stand-in."""
-    import contextlib
-
-    with contextlib.ExitStack() as stack:
-        cache = {}
-
-        def get(name):
-            if name not in cache:
-                pytest.importorskip(DRIVERS[name])
-                cache[name] = stack.enter_context(warehouse(name, tmp_path_factory.mktemp(name)))
-            return cache[name]
-
+    """Each engine's stand-in started on first use (:func:`tests.warehouse_targets.lazy_targets`)."""
+    with lazy_targets(tmp_path_factory) as get:
         yield get
 
 

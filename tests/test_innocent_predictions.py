@@ -30,12 +30,11 @@ from conftest_servers import require_data  # noqa: E402
 
 from polysql_ray.engines.base import ExecStatus as S, Limits  # noqa: E402
 
-from tests.warehouse_targets import SOURCE, warehouse  # noqa: E402
+from tests.warehouse_targets import SOURCE, lazy_targets  # noqa: E402
 
 require_data(SOURCE.parent)
 
 ENGINES = ("snowflake", "bigquery")
-DRIVERS = {"snowflake": "snowflake.connector", "bigquery": "google.cloud.bigquery"}
 #: The runaway's limit (watchdog at 1 + 4 s), and the innocents' own: generous, so that only a held
 #: or hung stand-in, never a loaded machine, could make one of them late (bqemulator held by the
 #: runaway kept the next ones waiting far past 10 s before the health gate).
@@ -87,15 +86,8 @@ def with_settings(engine, **extra):
 
 @pytest.fixture(scope="module")
 def targets(tmp_path_factory):
-    with contextlib.ExitStack() as stack:
-        cache = {}
-
-        def get(name):
-            if name not in cache:
-                pytest.importorskip(DRIVERS[name])
-                cache[name] = stack.enter_context(warehouse(name, tmp_path_factory.mktemp(name)))
-            return cache[name]
-
+    """Each engine's stand-in started on first use (:func:`tests.warehouse_targets.lazy_targets`)."""
+    with lazy_targets(tmp_path_factory) as get:
         yield get
 
 

@@ -88,3 +88,26 @@ def warehouse(name: str, workdir: Path, dataset: str = "hostile"):
         engine = make_engine(name, **({} if name == "clickhouse" else engine_settings))
         stack.callback(engine.close)
         yield Target(name, engine, replica, get_writer(name, settings or None), settings or None)
+
+
+#: engine -> the driver module its client needs (a test of that engine skips without it)
+DRIVERS = {"clickhouse": "chdb", "snowflake": "snowflake.connector", "bigquery": "google.cloud.bigquery"}
+
+
+@contextlib.contextmanager
+def lazy_targets(tmp_path_factory):
+    """Yields ``get(name) -> Target``: each engine's stand-in and replica started on first use
+    (so a run of one engine's cases starts one stand-in), all stopped on exit; skips an engine
+    whose driver is not installed."""
+    import pytest
+
+    with contextlib.ExitStack() as stack:
+        cache: dict = {}
+
+        def get(name: str):
+            if name not in cache:
+                pytest.importorskip(DRIVERS[name])
+                cache[name] = stack.enter_context(warehouse(name, tmp_path_factory.mktemp(name)))
+            return cache[name]
+
+        yield get
