@@ -5,7 +5,8 @@ inside a subquery; MariaDB returned a different tied row from run to run, so the
 scored pass in one run and fail in the next. The nested-tie probe finds the tie on the data and
 the default policy scores such a gold ``inconclusive`` with flag ``nondeterministic_gold``, in
 every run and on every dialect. Two Spider databases (dog_kennels and car_1, which holds the
-other two nested-tie golds q159/q160), gold generator, sqlite/duckdb/postgres/mysql.
+other two nested-tie golds q159/q160), gold generator, sqlite/duckdb/postgres/mysql. The reason
+stored with such an inconclusive item is what that run saw (``match`` or ``values``) and may differ.
 """
 from __future__ import annotations
 
@@ -37,7 +38,15 @@ def _verdicts(tmp_path, name: str) -> dict:
 def test_gold_sweep_twice_on_four_dialects_gives_identical_verdicts(ray_session, tmp_path):
     register_server_replication()
     first, second = _verdicts(tmp_path, "run1"), _verdicts(tmp_path, "run2")
-    assert len(first) > 4 * 100 and first == second
+    assert len(first) > 4 * 100 and first.keys() == second.keys()
+    # Verdict and flags are identical in both runs. The reason of an item scored inconclusive for
+    # nondeterminism is what that run observed (a tied row that matched or not: MariaDB picks one
+    # per run), so it is compared only where the verdict is not such an inconclusive.
+    for key in first:
+        (v1, r1, f1), (v2, r2, f2) = first[key], second[key]
+        assert (v1, f1) == (v2, f2), key
+        if not (v1 == "inconclusive" and "nondeterministic" in f1):
+            assert r1 == r2, key
     for dialect in ("sqlite", "duckdb", "postgres", "mysql"):
         for q in NESTED_TIES:
             verdict, reason, flags = first[(dialect, q)]
