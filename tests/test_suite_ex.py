@@ -20,6 +20,7 @@ import pytest
 
 from polysql_ray.config import compose
 from polysql_ray.pipeline.driver import run
+from polysql_ray.suites import SUITE_VERSION
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +65,7 @@ def test_early_exit_and_gold_results_shared(suite_run):
     out, *_, stats, _ = suite_run
     rows = _rows(out)
     for r in rows:
-        assert r["suite_key"].startswith("suite-1:")
+        assert r["suite_key"].startswith(SUITE_VERSION + ":")
         if r["verdict"] != "pass":  # never run on the suite: its suite verdict is its verdict
             assert (r["suite_verdict"], r["suite_dbs"], r["suite_reason"]) == (r["verdict"], 0, "original")
     f = stats.suite.summary()
