@@ -64,7 +64,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
-from polysql_ray.engines.declaration import ConnectionBehaviour, StructuralFacts
+from polysql_ray.engines.declaration import ConnectionBehaviour, Semantics, StructuralFacts
 from polysql_ray.engines.embedded import EmbeddedEngine, Unusable
 from polysql_ray.engines.identifiers import IdentifierRules
 from polysql_ray.engines.scratch import owned_temp_dir, sweep_orphans
@@ -486,7 +486,19 @@ class ClickHouseEngine(EmbeddedEngine):
     semantic_settings = ("join_use_nulls",)
     # ClickHouse "Syntax: Identifiers": case-sensitive, kept as written
     identifiers = IdentifierRules(fold=None, tables_ci=False, columns_ci=False)
-    semantics = None  # not yet documented as flags (join_use_nulls is a recorded setting instead)
+    # Facts of a stock server (this engine's defaults; a statement's own SETTINGS may change some)
+    semantics = Semantics(
+        integer_division=False,  # "Arithmetic Functions: divide": the result type is always Float64
+                                 # (intDiv is integer division)
+        nulls_asc="last", nulls_desc="last",  # "ORDER BY Clause": by default (NULLS LAST) values come
+                                              # first, then NaN, then NULL, in either direction
+        ci_equals=False,         # "String Functions"/"Comparison Functions": strings compare bytewise
+        ci_like=False,           # "String Search Functions: like": case-sensitive (ilike is not)
+        empty_sum_null=False,    # "Settings: aggregate_functions_null_for_empty" (default 0): sum, min,
+                                 # max of no rows return the type's default 0 (avg returns nan)
+        string_number="literal",  # "Type Conversion": a string literal is converted to the column type;
+                                  # a String column against a number has no common type (code 386)
+    )
     structural = StructuralFacts()  # nothing proven across it yet
     type_map = {"INTEGER": "Int32", "SMALLINT": "Int16", "BIGINT": "Int64", "DOUBLE": "Float64",
                 "VARCHAR": "String", "BLOB": "String", "DECIMAL": "Decimal", "BOOLEAN": "Bool",
