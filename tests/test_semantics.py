@@ -189,3 +189,44 @@ def test_null_order_per_direction(sources, settings, dialect):
         assert r.passed and "null_order" not in r.flags, (r.verdict, r.reason, r.flags, r.explanation)
     else:
         assert r.verdict == "fail" and "null_order" in r.flags, (r.verdict, r.reason, r.flags, r.explanation)
+
+
+# ----------------------------------------------------------------------------- the rules alone
+def test_string_number_flag_from_the_sql_text():
+    from polysql_ray.comparison.verdict import Pair, semantic_flags
+
+    def flags(sql, target="bigquery", source="sqlite"):
+        return semantic_flags(Pair(sql, sql, source, target, source, target))
+
+    assert "string_number" in flags("SELECT id FROM t WHERE age = '30'")
+    assert "string_number" in flags("SELECT id FROM t WHERE age IN ('30', '41')")
+    assert "string_number" in flags("SELECT 1 WHERE '5' = 5", target="duckdb")
+    assert "string_number" not in flags("SELECT id FROM t WHERE name = 'Ann'")   # no number in sight
+    assert "string_number" not in flags("SELECT id FROM t WHERE age = 30")
+    assert "string_number" not in flags("SELECT id FROM t WHERE age = '30'", target="sqlite")  # same rules
+    assert "string_number" not in flags("SELECT id FROM t WHERE age = '30'", target="snowflake",
+                                        source="duckdb")  # DuckDB and Snowflake both cast
+
+
+def test_empty_aggregate_needs_an_aggregate_and_a_zero():
+    import pyarrow as pa
+
+    from polysql_ray.comparison import ComparisonPolicy, analyze_gold
+    from polysql_ray.comparison.verdict import Pair, decide
+    from polysql_ray.engines.base import ExecStatus, ExecutionResult
+    from polysql_ray.generation.base import GenStatus
+
+    def verdict(gold_sql, gold, pred, target="clickhouse"):
+        ok = lambda t: ExecutionResult(ExecStatus.OK, t)  # noqa: E731
+        return decide(GenStatus.OK, ok(gold), None, ok(pred), analyze_gold(gold_sql, "sqlite"), ComparisonPolicy(),
+                      pair=Pair(gold_sql, gold_sql, "sqlite", "clickhouse", "sqlite", target))
+
+    agg = "SELECT g, sum(x) FROM t GROUP BY g"
+    gold = pa.table({"g": [1, 2], "s": pa.array([None, 5], pa.int64())})
+    zero = pa.table({"g": [1, 2], "s": pa.array([0, 5], pa.int64())})
+    assert "empty_aggregate" in verdict(agg, gold, zero).flags
+    assert "empty_aggregate" not in verdict(agg, gold, zero, target="duckdb").flags  # both NULL engines
+    assert "empty_aggregate" not in verdict("SELECT g, x FROM t", gold, zero).flags  # no aggregate
+    assert "empty_aggregate" not in verdict(agg, gold, pa.table({"g": [1, 2], "s": [3, 5]})).flags  # not a 0
+    nan = pa.table({"g": [1, 2], "s": pa.array([float("nan"), 5.0])})  # ClickHouse avg() of no rows
+    assert "empty_aggregate" in verdict("SELECT g, avg(x) FROM t GROUP BY g", gold, nan).flags
