@@ -271,7 +271,8 @@ def cells_view(st: Statistics) -> View:
                      "ci_nt": (r["ex_no_timeout_lo"], r["ex_no_timeout_hi"]),
                      "drill": (f"{r['n'] - r['correct']} wrong", drill_href(r)),
                      "drop_points": d.get("drop_points"), "drop_relative": d.get("drop_relative"),
-                     "suite_gap_points": 100 * r["suite_gap"] if r.get("suite_n") and _num(r.get("suite_gap")) else None})
+                     "suite_gap_points": (100 * r["suite_gap"] if r.get("suite_n") and _num(r.get("suite_gap"))
+                                          else None)})
     rows.sort(key=lambda r: (r["dataset"], r["instruction_level"], r["dialect"],
                              -(r["ex"] if _num(r["ex"]) else -1.0), r["model"]))
     cols = (Column("Dataset", "dataset"), Column("Level", "instruction_level"),

@@ -27,10 +27,11 @@ question's database has no suite; a store written before them still reads, :func
 * ``suite_verdict``: ``pass`` when the prediction matches the gold on the original database
   *and* on every suite database; ``fail`` when it passed on the original and fails on one
   suite database that decides (one where the gold itself is ambiguous, ties at its LIMIT cut,
-  or where the prediction's verdict is inconclusive, is left out and flagged); ``unavailable`` when a suite execution could not run (infrastructure: left out of suite EX);
+  or where the prediction's verdict is inconclusive, is left out and flagged); ``unavailable``
+  when a suite execution could not run (infrastructure: left out of suite EX);
   otherwise (no pass on the original) the row's own ``verdict``.
-* ``suite_failed_db``: the first suite database (``<db_id>_<k>``) it failed or was
-  inconclusive on, "" when none; ``suite_reason``: the comparison reason there;
+* ``suite_failed_db``: the first suite database (``<db_id>_<k>``) it failed on (or whose
+  execution was unavailable), "" when none; ``suite_reason``: the comparison reason there;
   ``suite_flags``: ambiguity flags per suite database, ``<db>:<flag>[+<flag>]`` joined by ``,``;
   ``suite_dbs``: suite databases that decided (0 when the suite did not run: no pass on the original).
 """
