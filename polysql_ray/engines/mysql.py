@@ -476,8 +476,10 @@ class MySQLEngine(ServerEngine):
         return ExecutionResult(S.OK, rows_to_arrow(names, list(rows), types))
 
     def ping(self) -> None:
-        """``SELECT 1`` on a fresh connection, closed after (health probe)."""
-        raw = connect_raw(self.settings)
+        """``SELECT 1`` on a fresh connection, closed after (health probe). It connects as the
+        admin account: the probe asks whether the server answers, and since readers are per copy
+        (:func:`copy_account`) the configured base reader need not exist on the server at all."""
+        raw = connect_raw(self.settings, admin=True)
         try:
             with raw.cursor() as cur:
                 cur.execute("SELECT 1")
