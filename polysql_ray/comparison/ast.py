@@ -692,6 +692,10 @@ def _single_row(query) -> bool:
         and all(any(isinstance(n, exp.AggFunc) for n in e.walk()) for e in query.expressions)
 
 
+#: Parents under which a parenthesised query is a table or a query, not a scalar value.
+_QUERY_PLACES = (exp.From, exp.Join, exp.SetOperation, exp.Subquery)
+
+
 def _runs_alike(node, schema) -> str | None:
     """Why ``node`` (one node of a cross-dialect query) may run on one dialect and fail on the
     other, else None: a bare value where a truth value is expected, ``IS`` with anything but
@@ -711,7 +715,7 @@ def _runs_alike(node, schema) -> str | None:
         return "bare_value_as_condition"
     if isinstance(node, exp.Is) and not isinstance(node.expression, exp.Null):
         return "is_not_null_test"
-    if isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.From, exp.Join)) \
+    if isinstance(node, exp.Subquery) and not isinstance(node.parent, _QUERY_PLACES) \
             and not _single_row(node):
         return "scalar_subquery_rows"
     if isinstance(node, exp.Select):
