@@ -307,6 +307,8 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
     except Exception as exc:  # noqa: BLE001 - one item's values never abort a sweep
         return scoring_error(exc, shape.flags)
     flags = list(cmp.flags)
+    if cmp.match and cmp.diff is not None and _scale_decided(gold.table, pred.table, cmp.diff, policy):
+        flags.append("decimal_scale")
     if "null_order" in flags and _same_null_order(pair):
         flags.remove("null_order")  # both engines place NULLs alike: not a dialect ambiguity
     if pair is not None:
@@ -327,6 +329,15 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
         return Verdict("inconclusive", cmp.reason, "observed", flags, cmp.diff)
     return _apply_policy(Verdict("pass" if cmp.match else "fail", cmp.reason, "observed", flags, cmp.diff),
                          policy)
+
+
+def _scale_decided(gold: pa.Table, pred: pa.Table, diff: Diff, policy: ComparisonPolicy) -> bool:
+    """True when a matched column pair was equal only at the DECIMAL scale one engine imposed
+    (:func:`polysql_ray.comparison.normalize.rounding_mattered`): flag ``decimal_scale``."""
+    from polysql_ray.comparison.normalize import rounding_mattered
+
+    return any(rounding_mattered(gold.column(i), pred.column(j), policy)
+               for i, j in enumerate(diff.column_mapping) if j < pred.num_columns)
 
 
 def pred_nondeterministic(cmp: Comparison, gold: pa.Table, pred: pa.Table, shape: GoldShape,

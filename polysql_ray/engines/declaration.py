@@ -173,6 +173,13 @@ class StructuralFacts:
         numeric_plus: ``+`` and ``*`` are always numeric (commutative), never concatenation.
         left_collation: the left column's collation decides a column-column comparison.
         keywords: file under ``comparison/keywords/`` listing its reserved words, or None.
+        double_literals: numeric literal forms the dialect reads as an 8-byte float rather than
+            an exact number: ``decimal`` (``1.5``), ``exponent`` (``1e3``), ``big_integer``
+            (beyond int64). SQLite reads all three as REAL; DuckDB ``1e3`` as DOUBLE (``1.5`` is
+            a DECIMAL, ``2**64`` a HUGEINT); PostgreSQL none (``numeric``). A literal whose form
+            two dialects read differently is proven only when its value survives both readings
+            (``comparison/ast.py``, portable literals): ``1e999`` is ``inf`` in SQLite and an
+            overflow error against a float in PostgreSQL.
     """
 
     identifiers: StructuralIdentifiers = EXACT_IDENTIFIERS
@@ -181,6 +188,7 @@ class StructuralFacts:
     numeric_plus: bool = False
     left_collation: bool = False
     keywords: str | None = None
+    double_literals: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

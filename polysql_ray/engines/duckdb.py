@@ -140,7 +140,8 @@ class DuckDBEngine(EmbeddedEngine):
     structural = StructuralFacts(
         identifiers=StructuralIdentifiers(True, True, False, "ci"),
         portable_nodes=PORTABLE_CORE | PORTABLE_GUARDED, ordered_classes=frozenset({"num", "text"}),
-        numeric_plus=True, keywords="duckdb.txt")
+        numeric_plus=True, keywords="duckdb.txt",
+        double_literals=frozenset({"exponent"}))  # "Numeric Types": 1.5 is DECIMAL(2,1), 1e3 DOUBLE
     type_map = {"INTEGER": "INTEGER", "SMALLINT": "SMALLINT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE",
                 "VARCHAR": "VARCHAR", "BLOB": "BLOB", "DECIMAL": "DECIMAL", "BOOLEAN": "BOOLEAN",
                 "DATE": "DATE", "TIMESTAMP": "TIMESTAMP"}

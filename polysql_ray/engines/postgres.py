@@ -246,7 +246,8 @@ class PostgresEngine(ServerEngine):
         identifiers=StructuralIdentifiers(True, False, False, "exact"),
         portable_nodes=PORTABLE_CORE | PORTABLE_GUARDED,
         ordered_classes=frozenset({"num"}),  # text orders by the locale's collation
-        numeric_plus=True, keywords="postgres.txt")
+        numeric_plus=True, keywords="postgres.txt",
+        double_literals=frozenset())  # 4.1.2.6 "Numeric Constants": numeric unless it fits an integer
     type_map = {"INTEGER": "INTEGER", "SMALLINT": "SMALLINT", "BIGINT": "BIGINT",
                 "DOUBLE": "DOUBLE PRECISION", "VARCHAR": "TEXT", "BLOB": "BYTEA", "DECIMAL": "NUMERIC",
                 "BOOLEAN": "BOOLEAN", "DATE": "DATE", "TIMESTAMP": "TIMESTAMP"}

@@ -181,7 +181,8 @@ class SqliteEngine(EmbeddedEngine):
     structural = StructuralFacts(
         identifiers=StructuralIdentifiers(True, True, True, "ci"),
         portable_nodes=PORTABLE_CORE | PORTABLE_GUARDED, ordered_classes=frozenset({"num", "text"}),
-        numeric_plus=True, left_collation=True, keywords="sqlite.txt")
+        numeric_plus=True, left_collation=True, keywords="sqlite.txt",
+        double_literals=frozenset({"decimal", "exponent", "big_integer"}))  # lang_expr.html "Literal Values"
     type_map = None  # the writer keeps SQLite's own declared types (replication/sqlite_writer.py)
     varchar_with_length = None
     writer = "polysql_ray.replication.sqlite_writer:SqliteWriter"
