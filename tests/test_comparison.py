@@ -271,7 +271,7 @@ def test_policy_yaml_mirrors_defaults_and_overrides_change_fingerprint():
     assert pol == ComparisonPolicy() and pol.fingerprint() == ComparisonPolicy().fingerprint()
     other = {"version": "cmp-x", "order": "bag", "ties": "positional", "columns": "positional",
              "distinct": "strip", "ties_at_limit": "strict", "duplicates": "set",
-             "inconclusive_flags": "[null_order]"}
+             "inconclusive_flags": "[null_order]", "max_extra_pred_columns": 3}
     for f in dataclasses.fields(ComparisonPolicy):
         v = getattr(pol, f.name)
         new = str(not v).lower() if isinstance(v, bool) else v * 10 + 1e-3 if isinstance(v, float) \
@@ -395,3 +395,24 @@ def test_identical_needs_same_types_values_and_no_nan():
     assert not identical(a, _retyped(a))
     nan = pa.table({"f": [float("nan")]})
     assert not identical(nan, nan)  # NaN takes the full path (its tolerance rule decides)
+
+
+def test_extra_column_bound_unit():
+    """compare() directly: constants named by the caller never stand for a gold column when
+    there are extra columns; the bound counts the other extra columns; positional alike."""
+    gold = pa.table({"c": [6]})
+    shot = pa.table({f"p{i}": [i] for i in range(10)})
+    shape = analyze_gold("SELECT count(*) FROM singer", "sqlite")
+    assert compare(gold, shot, shape, POLICY).match  # without the SQL's facts: data alone
+    r = compare(gold, shot, shape, POLICY, pred_constants=tuple(range(10)))
+    assert not r.match and r.reason == "column_count"
+    r = compare(gold, shot, shape, POLICY, pred_constants=tuple(range(10)))
+    r = compare(gold, shot, shape, POLICY, pred_constants=(0, 1, 2, 3, 4, 5, 7, 8, 9))  # 6 is data
+    assert r.match and r.diff.column_mapping == (6,) and "extra_pred_columns_used" in r.flags
+    r = compare(gold, shot, shape, dataclasses.replace(POLICY, max_extra_pred_columns=8))
+    assert not r.match and r.reason == "column_count"
+    pos = dataclasses.replace(POLICY, columns="positional")
+    assert not compare(pa.table({"c": [0]}), shot, shape, pos, pred_constants=(0,)).match
+    assert compare(pa.table({"c": [0]}), shot, shape, pos, pred_constants=(3,)).match
+    nocol = dataclasses.replace(POLICY, extra_pred_columns=False)  # untouched: column_count as ever
+    assert compare(gold, shot, shape, nocol).reason == "column_count"

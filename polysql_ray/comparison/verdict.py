@@ -212,7 +212,8 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
         return Verdict("fail", f"pred_{pred.status.value}")
     probe_table = probe.table if (probe is not None and probe.ok) else None
     try:
-        cmp: Comparison = compare(gold.table, pred.table, shape, policy, probe_table)
+        cmp: Comparison = compare(gold.table, pred.table, shape, policy, probe_table,
+                                  pred_constants=pred_shape.constant_columns if pred_shape is not None else ())
     except Exception as exc:  # noqa: BLE001 - one item's values never abort a sweep
         return scoring_error(exc, shape.flags)
     flags = list(cmp.flags)
@@ -272,7 +273,8 @@ def pred_nondeterministic(cmp: Comparison, gold: pa.Table, pred: pa.Table, shape
         if alts == "unknown":
             return True
         if alts:
-            return any(compare(gold, alt, shape, policy, probe).match != cmp.match for alt in alts)
+            return any(compare(gold, alt, shape, policy, probe, pred_constants=pred_shape.constant_columns).match
+                       != cmp.match for alt in alts)
     return False
 
 
