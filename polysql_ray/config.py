@@ -112,8 +112,8 @@ def validate(cfg: dict) -> None:
         raise ConfigError(f"pipeline.max_inflight_score must be auto or a whole number >= 1 (got {inflight!r})")
     for engine, ecfg in (cfg.get("engines") or {}).items():
         actors = (ecfg or {}).get("actors", 1) if isinstance(ecfg, dict) else 1
-        if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
-            raise ConfigError(f"engines.{engine}.actors must be a whole number >= 1 (got {actors!r})")
+        if actors != "auto" and (isinstance(actors, bool) or not isinstance(actors, int) or actors < 1):
+            raise ConfigError(f"engines.{engine}.actors must be auto or a whole number >= 1 (got {actors!r})")
     check_settings(cfg)
     unknown = sorted(set(cfg) - known_top_level_keys())
     if unknown:
