@@ -141,6 +141,8 @@ def main() -> None:
     ap.add_argument("--peer-python", default=sys.executable)
     ap.add_argument("--baseline", help="git ref of this project to run beside (e.g. the commit before a change)")
     ap.add_argument("--no-ours", action="store_true")
+    ap.add_argument("--ours", default=str(REPO), help="checkout to run as ours (default this one; e.g. a "
+                                                      "`git archive HEAD` copy, so later edits are not measured)")
     ap.add_argument("--variant", action="append", default=[], metavar="OVERRIDES")
     ap.add_argument("--sets", type=int, default=21, help="first N of the 21 distinct sets")
     ap.add_argument("--repeats", type=int, default=1)
@@ -176,10 +178,13 @@ def main() -> None:
                               capture_output=True, text=True).stdout.strip()
         dirty = "+dirty" if subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "-uno"],
                                            capture_output=True, text=True).stdout.strip() else ""
-        contenders.append((f"ours @ {head}{dirty}", lambda: run_ours("ours", REPO, args, db_ids, work, sets, extra)))
+        ours = Path(args.ours).resolve()
+        if ours != REPO:
+            dirty = f" ({ours.name})"
+        contenders.append((f"ours @ {head}{dirty}", lambda: run_ours("ours", ours, args, db_ids, work, sets, extra)))
         for i, variant in enumerate(args.variant):
             contenders.append((f"ours variant {i + 1}", functools.partial(
-                run_ours, f"variant{i + 1}", REPO, args, db_ids, work, sets, [*extra, *variant.split()])))
+                run_ours, f"variant{i + 1}", ours, args, db_ids, work, sets, [*extra, *variant.split()])))
     header = (f"{'':<22} {'wall s':>8} {'vs 1st':>7} {'CPU s':>8} {'tree RSS':>9} {'tree PSS':>9} "
               f"{'largest':>8}  {'largest process':<28} {'procs':>5} {'EX correct/scored'}")
     results: dict[str, list[dict]] = {}
