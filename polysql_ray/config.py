@@ -166,6 +166,7 @@ SETTINGS: dict[str, tuple[str, float | None, bool]] = {
     "engines.*.pool_size": ("int", 1, True),
     "engines.*.connect_timeout_s": ("number", 0, False),
     "engines.*.threads": ("int", 1, True),
+    "engines.*.actors": ("auto|int", 1, True),  # auto: pipeline.cluster.engine_actors
 }
 
 #: The same for a model's config (``model.*`` and each mapping of ``sweep.models``); every other
@@ -193,7 +194,7 @@ MODEL_SETTINGS: dict[str, tuple[str, float | None, bool]] = {
 }
 
 _KIND_WORDS = {"int": "a whole number", "int?": "a whole number or null", "number": "a number",
-               "bool": "true or false", "str": "a non-empty text"}
+               "bool": "true or false", "str": "a non-empty text", "auto|int": "auto or a whole number"}
 
 
 def _setting_problem(value, kind: str, low, inclusive: bool) -> str | None:
@@ -205,6 +206,11 @@ def _setting_problem(value, kind: str, low, inclusive: bool) -> str | None:
         return None if value in options else f"one of {options}"
     if kind == "int?" and value is None:
         return None
+    if kind == "auto|int":
+        if value == "auto":
+            return None
+        return None if _setting_problem(value, "int", low, inclusive) is None else \
+            f"auto or a whole number >= {low:g}"
     want = _KIND_WORDS[kind] + ("" if low is None else f" {'>=' if inclusive else '>'} {low:g}")
     if kind == "bool":
         return None if isinstance(value, bool) else want

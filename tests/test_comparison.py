@@ -416,3 +416,24 @@ def test_extra_column_bound_unit():
     assert compare(pa.table({"c": [0]}), shot, shape, pos, pred_constants=(3,)).match
     nocol = dataclasses.replace(POLICY, extra_pred_columns=False)  # untouched: column_count as ever
     assert compare(gold, shot, shape, nocol).reason == "column_count"
+
+
+def test_matches_is_compare_match(sq, dk):
+    """result_set.matches (no explanations, no diff) answers exactly compare(...).match."""
+    from polysql_ray.comparison.result_set import matches
+
+    pairs = [("SELECT name FROM singer", "SELECT name FROM singer WHERE age > 26"),
+             ("SELECT country FROM singer", "SELECT DISTINCT country FROM singer"),
+             ("SELECT name, age FROM singer ORDER BY age", "SELECT age, name FROM singer ORDER BY age DESC"),
+             ("SELECT name, age FROM singer ORDER BY age", "SELECT age, name FROM singer ORDER BY age"),
+             ("SELECT lower(name) FROM singer", "SELECT upper(name) FROM singer"),
+             ("SELECT count(*) FROM singer", "SELECT count(*), 0 FROM singer"),
+             ("SELECT score FROM singer", "SELECT score + 1e-7 FROM singer"), ("SELECT id FROM singer", "SELECT 1")]
+    for policy in (POLICY, dataclasses.replace(POLICY, duplicates="set"), dataclasses.replace(POLICY, columns="positional")):
+        for g, p in pairs:
+            shape = analyze_gold(g, "sqlite")
+            probe = sq(shape.probe_sql) if shape.probe_sql else None
+            gold, pred = sq(g), dk(p)
+            for consts in ((), (1,)):
+                assert matches(gold, pred, shape, policy, probe, pred_constants=consts) == \
+                    compare(gold, pred, shape, policy, probe, pred_constants=consts).match, (g, p, policy)

@@ -561,6 +561,19 @@ def compare(gold: pa.Table | None, pred: pa.Table | None, shape: GoldShape,
     return dataclasses.replace(res, flags=tuple(dict.fromkeys(flags)))
 
 
+def matches(gold: pa.Table | None, pred: pa.Table | None, shape: GoldShape, policy: ComparisonPolicy,
+            probe: pa.Table | None = None, *, pred_constants: tuple[int, ...] = ()) -> bool:
+    """``compare(...).match`` (same arguments), without what only a reported comparison needs:
+    no explanation re-checks, diff or samples. For callers that try many alternatives and keep
+    only whether each matches (``verdict.pred_nondeterministic``: every choice at a tied cut)."""
+    if gold is None or pred is None:
+        return False
+    keep = _extra_columns(gold, pred, policy, pred_constants)
+    if keep == ():
+        return False
+    return _compare(gold, pred if keep is None else pred.select(list(keep)), shape, policy, probe, [], False).match
+
+
 def _extra_columns(gold: pa.Table, pred: pa.Table, policy: ComparisonPolicy,
                    constants: tuple[int, ...]) -> tuple[int, ...] | None:
     """The bound on extra predicted columns (``policy.max_extra_pred_columns``): with more

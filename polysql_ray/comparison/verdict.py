@@ -37,7 +37,7 @@ import sqlglot
 from sqlglot import exp
 
 from polysql_ray.comparison.policy import ComparisonPolicy
-from polysql_ray.comparison.result_set import Comparison, Diff, compare, cut_choices
+from polysql_ray.comparison.result_set import Comparison, Diff, compare, cut_choices, matches
 from polysql_ray.comparison.shape import GoldShape, PredShape, nested_ties
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 from polysql_ray.generation.base import GenStatus
@@ -273,7 +273,7 @@ def pred_nondeterministic(cmp: Comparison, gold: pa.Table, pred: pa.Table, shape
         if alts == "unknown":
             return True
         if alts:
-            return any(compare(gold, alt, shape, policy, probe, pred_constants=pred_shape.constant_columns).match
+            return any(matches(gold, alt, shape, policy, probe, pred_constants=pred_shape.constant_columns)
                        != cmp.match for alt in alts)
     return False
 
