@@ -284,11 +284,17 @@ PEER_EX = re.compile(r"^execution\s+((?:[\d.]+\s+)+)", re.MULTILINE)
 
 def run_peer(args, shared: Path, keep: list[int], work: Path, names: list[tuple[str, str]]) -> dict:
     files = peer_inputs(shared, keep, work)
+    return peer_loop(args, shared, len(keep), work, files["__gold__"], [(name, files[base]) for name, base in names])
+
+
+def peer_loop(args, shared: Path, questions: int, work: Path, gold: Path, preds: list[tuple[str, Path]]) -> dict:
+    """The peer's per-set loop: one ``evaluation.py --etype exec`` process per (name, prediction
+    file); figures summed (wall, CPU) or maxed (memory) over the sets."""
     total = {"wall_s": 0.0, "tree_s": 0.0, "cpu_s": 0.0, "cpu_sampled_s": 0.0, "peak_rss": 0, "peak_pss": 0, "largest": (0, ""),
-             "procs": 0, "lingering": 0, "correct": 0, "scored": 0}
-    for name, base in names:
+             "procs": 0, "lingering": 0, "correct": 0, "scored": 0, "at_peak": []}
+    for name, pred in preds:
         r = measure([args.peer_python, "-c", PEER_SHIM, str(Path(args.peer).resolve()), "--gold",
-                     str(files["__gold__"]), "--pred", str(files[base]), "--db", str(shared / "data/spider/database"),
+                     str(gold), "--pred", str(pred), "--db", str(shared / "data/spider/database"),
                      "--etype", "exec"], dict(os.environ), str(Path(args.peer).resolve()),
                     work / f"peer-{name}.log", args.sample_s)
         text = (work / f"peer-{name}.log").read_text(errors="replace")
@@ -296,8 +302,8 @@ def run_peer(args, shared: Path, keep: list[int], work: Path, names: list[tuple[
         if r["exit"] != 0 or not m:
             raise SystemExit(f"peer failed on set {name} (exit {r['exit']}): {text[-1500:]}")
         ex = float(m.group(1).split()[4])  # columns: easy medium hard extra all
-        total["correct"] += round(ex * len(keep))
-        total["scored"] += len(keep)
+        total["correct"] += round(ex * questions)
+        total["scored"] += questions
         for k in ("wall_s", "tree_s", "cpu_s", "cpu_sampled_s", "lingering"):
             total[k] += r[k]
         total["cpu_how"] = r["cpu_how"]
@@ -346,6 +352,13 @@ def row(label: str, r: dict, ref_wall: float | None) -> str:
     return (f"{label:<22} {r['wall_s']:8.1f} {ratio} {r['cpu_s']:8.1f} {r['peak_rss'] / mib:9.0f} "
             f"{r['peak_pss'] / mib:9.0f} {r['largest'][0] / mib:8.0f}  {r['largest'][1][:28]:<28} {r['procs']:5d} "
             f"{r['correct']:>6}/{r['scored']:<6}")
+
+
+def print_best(repeats: int, results: dict, work: Path) -> None:
+    if repeats > 1:
+        print("best wall per contender: " + ", ".join(f"{lbl} {min(r['wall_s'] for r in rs):.1f} s"
+                                                      for lbl, rs in results.items()))
+    print(f"logs and stores: {work}")
 
 
 def main() -> None:
@@ -425,10 +438,7 @@ def main() -> None:
         diff = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
         print(f"verdicts: {len(diff)} of {len(a.keys() | b.keys())} (model, question) differ between "
               f"{ours[0]} and {other}" + (f", e.g. {diff[:5]}" if diff else ""))
-    if args.repeats > 1:
-        print("best wall per contender: " + ", ".join(f"{lbl} {min(r['wall_s'] for r in rs):.1f} s"
-                                                      for lbl, rs in results.items()))
-    print(f"logs and stores: {work}")
+    print_best(args.repeats, results, work)
 
 
 if __name__ == "__main__":

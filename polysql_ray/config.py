@@ -112,8 +112,8 @@ def validate(cfg: dict) -> None:
         raise ConfigError(f"pipeline.max_inflight_score must be auto or a whole number >= 1 (got {inflight!r})")
     for engine, ecfg in (cfg.get("engines") or {}).items():
         actors = (ecfg or {}).get("actors", 1) if isinstance(ecfg, dict) else 1
-        if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
-            raise ConfigError(f"engines.{engine}.actors must be a whole number >= 1 (got {actors!r})")
+        if actors != "auto" and (isinstance(actors, bool) or not isinstance(actors, int) or actors < 1):
+            raise ConfigError(f"engines.{engine}.actors must be auto or a whole number >= 1 (got {actors!r})")
     check_settings(cfg)
     unknown = sorted(set(cfg) - known_top_level_keys())
     if unknown:
@@ -166,6 +166,7 @@ SETTINGS: dict[str, tuple[str, float | None, bool]] = {
     "engines.*.pool_size": ("int", 1, True),
     "engines.*.connect_timeout_s": ("number", 0, False),
     "engines.*.threads": ("int", 1, True),
+    "engines.*.actors": ("auto|int", 1, True),  # auto: pipeline.cluster.engine_actors
 }
 
 #: The same for a model's config (``model.*`` and each mapping of ``sweep.models``); every other
@@ -193,7 +194,7 @@ MODEL_SETTINGS: dict[str, tuple[str, float | None, bool]] = {
 }
 
 _KIND_WORDS = {"int": "a whole number", "int?": "a whole number or null", "number": "a number",
-               "bool": "true or false", "str": "a non-empty text"}
+               "bool": "true or false", "str": "a non-empty text", "auto|int": "auto or a whole number"}
 
 
 def _setting_problem(value, kind: str, low, inclusive: bool) -> str | None:
@@ -205,6 +206,11 @@ def _setting_problem(value, kind: str, low, inclusive: bool) -> str | None:
         return None if value in options else f"one of {options}"
     if kind == "int?" and value is None:
         return None
+    if kind == "auto|int":
+        if value == "auto":
+            return None
+        return None if _setting_problem(value, "int", low, inclusive) is None else \
+            f"auto or a whole number >= {low:g}"
     want = _KIND_WORDS[kind] + ("" if low is None else f" {'>=' if inclusive else '>'} {low:g}")
     if kind == "bool":
         return None if isinstance(value, bool) else want

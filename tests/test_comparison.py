@@ -271,7 +271,8 @@ def test_policy_yaml_mirrors_defaults_and_overrides_change_fingerprint():
     assert pol == ComparisonPolicy() and pol.fingerprint() == ComparisonPolicy().fingerprint()
     other = {"version": "cmp-x", "order": "bag", "ties": "positional", "columns": "positional",
              "distinct": "strip", "ties_at_limit": "strict", "duplicates": "set",
-             "inconclusive_flags": "[null_order]", "decimal_rounding_min_scale": 6}
+             "inconclusive_flags": "[null_order]", "decimal_rounding_min_scale": 6,
+             "max_extra_pred_columns": 3}
     for f in dataclasses.fields(ComparisonPolicy):
         v = getattr(pol, f.name)
         new = str(not v).lower() if isinstance(v, bool) else v * 10 + 1e-3 if isinstance(v, float) \
@@ -431,3 +432,45 @@ def test_engine_decimal_scale_matches_the_rounded_float(sq, dk):
     assert cmp("", sq("SELECT 0.12345, -0.12345"), dk("SELECT 0.1235::DECIMAL(10,4), -0.1235::DECIMAL(10,4)")).match
     with pytest.raises(ValueError, match="decimal_rounding_min_scale"):
         ComparisonPolicy(decimal_rounding_min_scale=-1)
+
+
+def test_extra_column_bound_unit():
+    """compare() directly: constants named by the caller never stand for a gold column when
+    there are extra columns; the bound counts the other extra columns; positional alike."""
+    gold = pa.table({"c": [6]})
+    shot = pa.table({f"p{i}": [i] for i in range(10)})
+    shape = analyze_gold("SELECT count(*) FROM singer", "sqlite")
+    assert compare(gold, shot, shape, POLICY).match  # without the SQL's facts: data alone
+    r = compare(gold, shot, shape, POLICY, pred_constants=tuple(range(10)))
+    assert not r.match and r.reason == "column_count"
+    r = compare(gold, shot, shape, POLICY, pred_constants=tuple(range(10)))
+    r = compare(gold, shot, shape, POLICY, pred_constants=(0, 1, 2, 3, 4, 5, 7, 8, 9))  # 6 is data
+    assert r.match and r.diff.column_mapping == (6,) and "extra_pred_columns_used" in r.flags
+    r = compare(gold, shot, shape, dataclasses.replace(POLICY, max_extra_pred_columns=8))
+    assert not r.match and r.reason == "column_count"
+    pos = dataclasses.replace(POLICY, columns="positional")
+    assert not compare(pa.table({"c": [0]}), shot, shape, pos, pred_constants=(0,)).match
+    assert compare(pa.table({"c": [0]}), shot, shape, pos, pred_constants=(3,)).match
+    nocol = dataclasses.replace(POLICY, extra_pred_columns=False)  # untouched: column_count as ever
+    assert compare(gold, shot, shape, nocol).reason == "column_count"
+
+
+def test_matches_is_compare_match(sq, dk):
+    """result_set.matches (no explanations, no diff) answers exactly compare(...).match."""
+    from polysql_ray.comparison.result_set import matches
+
+    pairs = [("SELECT name FROM singer", "SELECT name FROM singer WHERE age > 26"),
+             ("SELECT country FROM singer", "SELECT DISTINCT country FROM singer"),
+             ("SELECT name, age FROM singer ORDER BY age", "SELECT age, name FROM singer ORDER BY age DESC"),
+             ("SELECT name, age FROM singer ORDER BY age", "SELECT age, name FROM singer ORDER BY age"),
+             ("SELECT lower(name) FROM singer", "SELECT upper(name) FROM singer"),
+             ("SELECT count(*) FROM singer", "SELECT count(*), 0 FROM singer"),
+             ("SELECT score FROM singer", "SELECT score + 1e-7 FROM singer"), ("SELECT id FROM singer", "SELECT 1")]
+    for policy in (POLICY, dataclasses.replace(POLICY, duplicates="set"), dataclasses.replace(POLICY, columns="positional")):
+        for g, p in pairs:
+            shape = analyze_gold(g, "sqlite")
+            probe = sq(shape.probe_sql) if shape.probe_sql else None
+            gold, pred = sq(g), dk(p)
+            for consts in ((), (1,)):
+                assert matches(gold, pred, shape, policy, probe, pred_constants=consts) == \
+                    compare(gold, pred, shape, policy, probe, pred_constants=consts).match, (g, p, policy)

@@ -325,3 +325,36 @@ def test_clock_dependent_scores_from_an_earlier_date_are_not_reused():
     yesterday, _ = keys(dt.datetime(2031, 5, 1, tzinfo=dt.timezone.utc))
     assert {k for k in today if today[k] != yesterday[k]} == {"clock", "clock_fn"}
     assert [("time_dependent_gold" in e.extra.get("flags", ())) for e in exs] == [True, True, False]
+
+
+def test_a_row_of_literals_never_answers_a_count(db, tmp_path):
+    """Extra predicted columns are tolerated, but not as a lottery: ``SELECT 0, 1, ..., 300``
+    holds every small count, and without a bound it passed every COUNT(*) question."""
+    shotgun = "SELECT " + ", ".join(str(i) for i in range(301))
+    r = score("SELECT count(*) FROM singer", shotgun, db, tmp_path)
+    assert r.verdict == "fail" and r.reason == "column_count"
+    r = score("SELECT count(*) FROM singer", "SELECT 5, 6, 7", db, tmp_path)  # few, but constants
+    assert r.verdict == "fail" and r.reason == "column_count"
+    r = score("SELECT count(*) FROM singer", "SELECT 6", db, tmp_path)  # no extra column: as before
+    assert r.verdict == "pass"
+    # many extra columns of data: a lottery too, beyond policy.max_extra_pred_columns
+    wide = "SELECT " + ", ".join(f"count(*) + {i}" for i in range(-3, 9)) + " FROM singer"
+    r = score("SELECT count(*) FROM singer", wide, db, tmp_path)
+    assert r.verdict == "fail" and r.reason == "column_count"
+    r = score("SELECT count(*) FROM singer", wide, db, tmp_path,
+              policy=dataclasses.replace(POLICY, max_extra_pred_columns=11))
+    assert r.verdict == "pass" and "extra_pred_columns_used" in r.flags
+
+
+def test_extra_columns_of_data_and_harmless_literals_still_pass(db, tmp_path):
+    r = score("SELECT count(*) FROM singer", "SELECT count(*), avg(age) FROM singer", db, tmp_path)
+    assert r.verdict == "pass" and "extra_pred_columns_used" in r.flags
+    r = score("SELECT name FROM singer WHERE age > 35", "SELECT *, 'x' FROM singer WHERE age > 35", db, tmp_path)
+    assert r.verdict == "pass" and r.diff["column_mapping"] == [1]
+    # a literal beside the answer is an extra column, never the answer: mapping skips it
+    r = score("SELECT name FROM singer WHERE age > 35", "SELECT 'Bob', name FROM singer WHERE age > 35",
+              db, tmp_path)
+    assert r.verdict == "pass" and r.diff["column_mapping"] == [1]
+    assert {"extra_pred_columns_used", "columns_reordered"} <= set(r.flags)
+    r = score("SELECT count(*) FROM singer", "SELECT count(*), 1 FROM singer", db, tmp_path)
+    assert r.verdict == "pass" and r.diff["column_mapping"] == [0] and "extra_pred_columns_used" in r.flags

@@ -46,3 +46,30 @@ def test_scoring_tasks_in_flight_follow_the_cluster_cpus():
     assert inflight_scores(3, 64.0) == 3
     with pytest.raises(ValueError, match="max_inflight_score"):
         inflight_scores(0, 2.0)
+
+
+def test_execution_actors_auto_follow_the_cluster_cpus():
+    """engines.<name>.actors=auto (the sqlite/duckdb default): one actor per two CPUs, at least
+    one; a number is taken as given; config validation accepts auto and refuses the rest."""
+    from polysql_ray.config import validate
+    from polysql_ray.pipeline.cluster import engine_actors
+
+    cfg = {"engines": {"sqlite": {"actors": "auto"}, "duckdb": {"actors": 3}}}
+    assert [engine_actors(cfg, "sqlite", c) for c in (1.0, 2.0, 3.0, 16.0)] == [1, 1, 1, 8]
+    assert engine_actors(cfg, "duckdb", 64.0) == 3
+    assert engine_actors({"engines": {}}, "sqlite", 16.0) == 1  # absent: one, as before
+    with pytest.raises(ConfigError, match=r"engines\.sqlite\.actors must be auto"):
+        validate({"engines": {"sqlite": {"actors": "many"}}, "pipeline": {}})
+
+
+def test_auto_actors_fit_and_an_oversized_number_is_still_refused(ray_session):
+    """The fit check sizes auto as the scheduler does (so auto always leaves room for a scoring
+    task), and still refuses a fixed number that reserves every CPU."""
+    import ray
+
+    cpus = ray.cluster_resources()["CPU"]
+    auto = {"engines": {"sqlite": {"actors": "auto", "num_cpus": 0.5}}, "pipeline": {"score_num_cpus": 0.25}}
+    check_fits(auto, ["sqlite"])
+    over = {"engines": {"sqlite": {"actors": int(cpus) * 4, "num_cpus": 0.5}}, "pipeline": {"score_num_cpus": 0.25}}
+    with pytest.raises(ConfigError, match="execution actors reserve"):
+        check_fits(over, ["sqlite"])

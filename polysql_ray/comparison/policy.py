@@ -101,6 +101,12 @@ class ComparisonPolicy:
             together (flag ``columns_reordered`` when the mapping is not the identity);
             ``positional``: gold column i is predicted column i.
         extra_pred_columns: tolerate extra predicted columns (flag ``extra_pred_columns_used``).
+        max_extra_pred_columns: at most this many extra predicted columns are tolerated (more:
+            reason ``column_count``), and with extra columns a predicted column that is a
+            constant of its SQL (a literal, ``1 + 1``: no column, aggregate or subquery; see
+            ``shape.PredShape.constant_columns``) never stands for a gold column. Without the
+            bound ``SELECT 0, 1, 2, ..., 300`` passes every ``COUNT(*)`` question whose answer
+            is below 301. Default 10 (a ``SELECT *`` of a Spider table or of a two-table join).
         string_number_equal: treat the string '5' as equal to the number 5 (default False:
             a string is not a number).
         bool_as_int: BOOLEAN true/false equal 1/0 (SQLite has no BOOLEAN type).
@@ -142,6 +148,7 @@ class ComparisonPolicy:
     ties: str = "multiset"
     columns: str = "match"
     extra_pred_columns: bool = True
+    max_extra_pred_columns: int = 10
     string_number_equal: bool = False
     bool_as_int: bool = True
     date_string_equal: bool = True
@@ -160,6 +167,10 @@ class ComparisonPolicy:
                             ("columns", COLUMN_MODES), ("distinct", DISTINCT_MODES)):
             if getattr(self, name) not in modes:
                 raise ValueError(f"policy.{name} must be one of {modes}, got {getattr(self, name)!r}")
+        if isinstance(self.max_extra_pred_columns, bool) or not isinstance(self.max_extra_pred_columns, int) \
+                or self.max_extra_pred_columns < 0:
+            raise ValueError(f"policy.max_extra_pred_columns must be a whole number >= 0, "
+                             f"got {self.max_extra_pred_columns!r}")
         if not (self.abs_tol >= 0 and self.rel_tol >= 0):
             raise ValueError("policy tolerances must be >= 0")
         m = self.decimal_rounding_min_scale

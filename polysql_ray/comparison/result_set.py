@@ -295,7 +295,7 @@ def _mappings(ctx: _Ctx, k: int, m: int, flags: list[str], positional: bool, cut
     """
     identity = tuple(range(k))
     yield identity
-    if positional or k == 0:
+    if positional or k == 0 or m == 1:  # one predicted column: the identity is the only mapping
         return
     cands = []
     for i in range(k):
@@ -425,7 +425,7 @@ def _not_tied(ctx: _Ctx, mapping: tuple[int, ...], tied: pa.Table, idx: np.ndarr
 
 
 def _evaluate(ctx: _Ctx, mapping: tuple[int, ...], ordered: bool, groups: np.ndarray,
-              cut, flags: list[str]) -> tuple[str, Diff]:
+              cut, flags: list[str], samples: bool = True) -> tuple[str, Diff]:
     """Verdict for one column mapping: ``match`` | ``values`` | ``order``, with its diff.
 
     With ``cut = (s, tied)`` (lenient ties at the LIMIT cut) the gold rows from position ``s`` on
@@ -442,8 +442,8 @@ def _evaluate(ctx: _Ctx, mapping: tuple[int, ...], ordered: bool, groups: np.nda
         up = _not_tied(ctx, mapping, cut[1], up)
     if capped:
         flags.append("tolerance_match_capped")
-    diff = Diff(n, pred.num_rows, len(ug), len(up), _rows(gold, ug, tuple(range(len(mapping)))),
-                _rows(pred, up, mapping), mapping)
+    diff = Diff(n, pred.num_rows, len(ug), len(up), _rows(gold, ug, tuple(range(len(mapping)))) if samples else (),
+                _rows(pred, up, mapping) if samples else (), mapping)
     if len(ug) or len(up):
         if cut and cut[2] and not len(ug):  # only rows the truncated probe could not vouch for
             return "ties_truncated", diff
@@ -467,23 +467,68 @@ _RANK = {"match": 0, "ties_truncated": 1, "order": 2, "values": 3}
 
 def distinct_rows(table: pa.Table) -> pa.Table:
     """``table`` without repeated rows, first occurrences kept in order (``policy.duplicates
-    = "set"``). Rows are compared by their Python values, so duplicate column names and
-    SQLite's mixed (union) columns are fine."""
+    = "set"``). Rows are equal when their Python values are (``(type, value)`` per column, so
+    duplicate column names and SQLite's mixed (union) columns are fine): columns of a flat
+    Arrow type are coded in Arrow/NumPy (:func:`_value_codes`), any other column by its Python
+    values."""
     if table.num_rows < 2:
         return table
-    seen: set = set()
-    keep = []
-    cols = [python_values(c) for c in table.columns]
-    for i, row in enumerate(zip(*cols)):
-        key = tuple((type(v).__name__, v) if not isinstance(v, (dict, list)) else repr(v) for v in row)
-        if key not in seen:
-            seen.add(key)
-            keep.append(i)
-    return table if len(keep) == table.num_rows else table.take(pa.array(keep, type=pa.int64()))
+    codes = [_value_codes(c) for c in table.columns]
+    if not codes:
+        return table
+    gid = _row_ids(np.column_stack(codes))
+    _, first = np.unique(gid, return_index=True)
+    if len(first) == table.num_rows:
+        return table
+    return table.take(pa.array(np.sort(first), type=pa.int64()))
+
+
+def _value_codes(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Dense int64 code per value of ``col``: equal codes <=> equal ``(type name, Python
+    value)`` (the key of :func:`distinct_rows`). Flat types are coded by Arrow's hash
+    (``dictionary_encode``, nulls one code) where that equality is Python's: integers, strings,
+    binaries, booleans, decimals of one scale, dates (a date Python cannot hold becomes a text
+    that no other date has, so equality is unchanged); floats with -0.0 folded into 0.0 and each
+    NaN its own value (Python's ``nan != nan``). Other types (timestamps with their special
+    values, nested, union) go through :func:`python_values`."""
+    import pyarrow.compute as pc
+
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    t = arr.type
+    n = len(arr)
+    if pa.types.is_floating(t):
+        v = pc.fill_null(arr.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False).astype(np.float64)
+        v = np.where(v == 0.0, 0.0, v)  # -0.0 == 0.0 for Python
+        nan = np.isnan(v)
+        _, code = np.unique(np.where(nan, 0.0, v), return_inverse=True)
+        code = code.ravel().astype(np.int64) + 1
+        code[nan] = n + 2 + np.arange(int(nan.sum()), dtype=np.int64)  # each NaN unlike any value
+        valid = arr.is_valid().to_numpy(zero_copy_only=False)
+        code[~valid] = 0
+        return code
+    if (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t)
+            or pa.types.is_date(t) or pa.types.is_null(t)):
+        if pa.types.is_null(t):
+            return np.zeros(n, np.int64)
+        enc = pc.dictionary_encode(arr, null_encoding="encode")
+        return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    return _python_codes(arr)
+
+
+def _python_codes(arr: pa.Array) -> np.ndarray:
+    """:func:`_value_codes` by Python values (the general case)."""
+    ids: dict = {}
+    out = np.empty(len(arr), np.int64)
+    for i, v in enumerate(python_values(arr)):
+        key = (type(v).__name__, v) if not isinstance(v, (dict, list)) else repr(v)
+        out[i] = ids.setdefault(key, len(ids))
+    return out
 
 
 def compare(gold: pa.Table | None, pred: pa.Table | None, shape: GoldShape,
-            policy: ComparisonPolicy, probe: pa.Table | None = None) -> Comparison:
+            policy: ComparisonPolicy, probe: pa.Table | None = None, *,
+            pred_constants: tuple[int, ...] = ()) -> Comparison:
     """Compare a gold result set with a predicted one under ``policy`` (module docstring).
 
     Args:
@@ -492,16 +537,64 @@ def compare(gold: pa.Table | None, pred: pa.Table | None, shape: GoldShape,
         shape: :func:`polysql_ray.comparison.shape.analyze_gold` of the gold SQL.
         policy: the comparison policy.
         probe: the result of ``shape.probe_sql`` on the gold engine, when it is not None.
+        pred_constants: positions of the predicted columns that are constants of the
+            prediction's text (``shape.PredShape.constant_columns``); see :func:`_extra_columns`.
     Returns:
         a :class:`Comparison`; raises only on internal errors.
     """
     flags = list(shape.flags)
     if gold is None or pred is None:
         return Comparison(False, "no_result", tuple(flags))
-    res = _compare(gold, pred, shape, policy, probe, flags)
+    keep = _extra_columns(gold, pred, policy, pred_constants)
+    if keep == ():
+        return Comparison(False, "column_count", tuple(dict.fromkeys(flags)), Diff(gold.num_rows, pred.num_rows))
+    view = pred if keep is None else pred.select(list(keep))
+    res = _compare(gold, view, shape, policy, probe, flags)
     if not res.match:
-        _explain(gold, pred, shape, policy, probe, res, flags)
+        _explain(gold, view, shape, policy, probe, res, flags)
+    if keep is not None and res.diff is not None and res.diff.column_mapping:
+        mapping = tuple(keep[j] for j in res.diff.column_mapping)
+        res = dataclasses.replace(res, diff=dataclasses.replace(res.diff, column_mapping=mapping))
+        if res.match:
+            flags += ["extra_pred_columns_used"] + (["columns_reordered"] if mapping != tuple(range(len(mapping)))
+                                                    else [])
     return dataclasses.replace(res, flags=tuple(dict.fromkeys(flags)))
+
+
+def matches(gold: pa.Table | None, pred: pa.Table | None, shape: GoldShape, policy: ComparisonPolicy,
+            probe: pa.Table | None = None, *, pred_constants: tuple[int, ...] = ()) -> bool:
+    """``compare(...).match`` (same arguments), without what only a reported comparison needs:
+    no explanation re-checks, diff or samples. For callers that try many alternatives and keep
+    only whether each matches (``verdict.pred_nondeterministic``: every choice at a tied cut)."""
+    if gold is None or pred is None:
+        return False
+    keep = _extra_columns(gold, pred, policy, pred_constants)
+    if keep == ():
+        return False
+    return _compare(gold, pred if keep is None else pred.select(list(keep)), shape, policy, probe, [], False).match
+
+
+def _extra_columns(gold: pa.Table, pred: pa.Table, policy: ComparisonPolicy,
+                   constants: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The bound on extra predicted columns (``policy.max_extra_pred_columns``): with more
+    predicted columns than gold ones (and ``extra_pred_columns``), the predicted columns that
+    may stand for gold columns are those that are not constants of the prediction's text;
+    when fewer than the gold's remain, or more than ``max_extra_pred_columns`` beyond them,
+    the answer is ``()`` (reason ``column_count``: a wide row of literals or of data is a
+    lottery, not an answer: ``SELECT 0, 1, ..., 300`` would pass every small ``COUNT(*)``).
+    None: no restriction (no extra column, extra columns not tolerated, no constant among
+    them, or two empty results under ``empty_equal``); else the positions to compare.
+    Under ``columns = positional`` a constant among the first gold-width columns gives ``()``."""
+    k, m = gold.num_columns, pred.num_columns
+    if m <= k or not policy.extra_pred_columns or (policy.empty_equal and gold.num_rows == 0 == pred.num_rows):
+        return None
+    const = set(constants)
+    if policy.columns == "positional":
+        return () if (m - k > policy.max_extra_pred_columns or const & set(range(k))) else None
+    keep = tuple(j for j in range(m) if j not in const)
+    if len(keep) < k or len(keep) - k > policy.max_extra_pred_columns:
+        return ()
+    return keep if len(keep) < m else None
 
 
 def _ordered(shape: GoldShape, policy: ComparisonPolicy) -> bool:
@@ -532,7 +625,11 @@ def _identical_match(gold: pa.Table, shape: GoldShape, policy: ComparisonPolicy,
 
 
 def _compare(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: ComparisonPolicy,
-             probe: pa.Table | None, flags: list[str]) -> Comparison:
+             probe: pa.Table | None, flags: list[str], explain: bool = True) -> Comparison:
+    """The comparison behind :func:`compare`. ``explain=False`` (the re-checks of
+    :func:`_explain`, which read only ``match``): the same ``match``, without what only a
+    reported result needs (the diff of a row-count mismatch, diff samples, the ``types``
+    re-check)."""
     if policy.empty_equal and gold.num_rows == 0 and pred.num_rows == 0:
         return Comparison(True, "match", (), Diff(0, 0))
     if policy.duplicates == "set":
@@ -543,6 +640,8 @@ def _compare(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
         return Comparison(False, "column_count", (), base)
     if m == k and identical(gold, pred):
         return _identical_match(gold, shape, policy, probe, flags)
+    if gold.num_rows != pred.num_rows and not explain:
+        return Comparison(False, "row_count", (), base)
     ctx = _Ctx(gold, pred, policy)
     if gold.num_rows != pred.num_rows:
         ge, pe, gf, pf = _stack([ctx.pair(i, i) for i in range(k)])
@@ -559,7 +658,7 @@ def _compare(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
         groups, cut, null_keys = None, None, False
     best: tuple[str, Diff] | None = None
     for mapping in _mappings(ctx, k, m, flags, policy.columns == "positional", cut):
-        res = _evaluate(ctx, mapping, ordered, groups, cut, flags)
+        res = _evaluate(ctx, mapping, ordered, groups, cut, flags, samples=explain)
         if best is None or _RANK[res[0]] < _RANK[best[0]]:
             best = res
         if res[0] == "match":
@@ -575,11 +674,11 @@ def _compare(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
             flags.append("bool_as_int")
     if null_keys and reason in ("order", "values"):
         flags.append("null_order")
-    if reason == "values" and any(ctx.pair(i, j).mode == "disjoint" and ctx.cg[i].kind != "null"
+    if explain and reason == "values" and any(ctx.pair(i, j).mode == "disjoint" and ctx.cg[i].kind != "null"
                                   and ctx.cp[j].kind != "null" for i, j in enumerate(diff.column_mapping)):
         relaxed = dataclasses.replace(policy, string_number_equal=True, date_string_equal=True,
                                       bool_as_int=True)
-        if relaxed != policy and _compare(gold, pred, shape, relaxed, probe, []).match:
+        if relaxed != policy and _compare(gold, pred, shape, relaxed, probe, [], False).match:
             reason = "types"
     return Comparison(reason == "match", reason, (), diff)
 
@@ -603,19 +702,19 @@ def _explain(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
     if policy.duplicates == "bag":
         dg, dp = distinct_rows(gold), distinct_rows(pred)
         if (dg is not gold or dp is not pred) and \
-                _compare(dg, dp, shape, dataclasses.replace(policy, duplicates="set"), probe, []).match:
+                _compare(dg, dp, shape, dataclasses.replace(policy, duplicates="set"), probe, [], False).match:
             flags.append("duplicates")
     if res.reason == "values":
         scale = min([s for s in (_decimal_scale(gold), _decimal_scale(pred)) if s is not None], default=None)
         if scale is not None and _compare(gold, pred, shape, dataclasses.replace(
-                policy, abs_tol=max(policy.abs_tol, 10.0 ** -scale)), probe, []).match:
+                policy, abs_tol=max(policy.abs_tol, 10.0 ** -scale)), probe, [], False).match:
             flags.append("decimal_scale")
     if res.reason in ("values", "order", "row_count"):
         lower = [_lower_strings(gold), _lower_strings(pred)]
         if lower[0] is not None and lower[1] is not None:
             low_probe = None if probe is None else (_lower_strings(probe) or probe)
             if (lower[0] is not gold or lower[1] is not pred or low_probe is not probe) and \
-                    _compare(lower[0], lower[1], shape, policy, low_probe, []).match:
+                    _compare(lower[0], lower[1], shape, policy, low_probe, [], False).match:
                 flags.append("collation")
 
 

@@ -283,6 +283,9 @@ class PredShape:
         ties_probe_sql: :func:`nested_ties_probe` of the prediction (nested ORDER BY ... LIMIT
             cuts and ungrouped output columns), None when neither applies.
         nested_cuts: number of nested ORDER BY ... LIMIT cuts.
+        constant_columns: positions of the top-level SELECT's output columns that are
+            constants of the text (:func:`constant_columns`): with extra predicted columns such
+            a column never stands for a gold column (``policy.max_extra_pred_columns``).
     """
 
     static: bool = False
@@ -291,6 +294,7 @@ class PredShape:
     cut_keys: tuple[int, ...] = ()
     ties_probe_sql: str | None = None
     nested_cuts: int = 0
+    constant_columns: tuple[int, ...] = ()
 
 
 def analyze_prediction(pred_sql: str, dialect: str, tie_window: int = TIE_WINDOW) -> PredShape:
@@ -324,9 +328,26 @@ def analyze_prediction(pred_sql: str, dialect: str, tie_window: int = TIE_WINDOW
                 probe.args["limit"].set("expression", exp.Literal.number(k + tie_window))
                 cut_sql = probe.sql(dialect=dialect)
         return PredShape(static, k, cut_sql, tuple(cut_keys), nested_ties_probe(tree, dialect),
-                         len(_nested_cuts(tree)))
+                         len(_nested_cuts(tree)), constant_columns(top))
     except Exception:  # noqa: BLE001 - ParseError, RecursionError ...: nothing is flagged
         return PredShape()
+
+
+#: Node types a constant output column may consist of: literals and arithmetic on them (no
+#: column, star, aggregate, window, subquery or function call, so the value is the same on every
+#: row and independent of the data).
+_CONSTANT_NODES = (exp.Literal, exp.Null, exp.Boolean, exp.Neg, exp.Paren, exp.Cast, exp.Add, exp.Sub,
+                   exp.Mul, exp.Div, exp.Mod, exp.DPipe, exp.Alias, exp.DataType, exp.Identifier)
+
+
+def constant_columns(top: exp.Expression) -> tuple[int, ...]:
+    """Positions of the output columns of a top-level ``SELECT`` that are constants of the
+    text (``SELECT 0, name, 'x' || 'y'`` -> ``(0, 2)``); ``()`` for anything else (a UNION,
+    ``SELECT *``) or when unsure."""
+    if not isinstance(top, exp.Select) or any(e.is_star for e in top.expressions):  # t.* expands
+        return ()
+    return tuple(i for i, e in enumerate(top.expressions)
+                 if all(isinstance(node, _CONSTANT_NODES) for node in e.walk()))
 
 
 def _ungrouped_check(tree: exp.Expression) -> exp.Select | None:

@@ -39,7 +39,7 @@ import sqlglot
 from sqlglot import exp
 
 from polysql_ray.comparison.policy import ComparisonPolicy
-from polysql_ray.comparison.result_set import Comparison, Diff, compare, cut_choices
+from polysql_ray.comparison.result_set import Comparison, Diff, compare, cut_choices, matches
 from polysql_ray.comparison.shape import GoldShape, PredShape, nested_ties
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 from polysql_ray.generation.base import GenStatus
@@ -303,7 +303,8 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
         return Verdict("fail", f"pred_{pred.status.value}")
     probe_table = probe.table if (probe is not None and probe.ok) else None
     try:
-        cmp: Comparison = compare(gold.table, pred.table, shape, policy, probe_table)
+        cmp: Comparison = compare(gold.table, pred.table, shape, policy, probe_table,
+                                  pred_constants=pred_shape.constant_columns if pred_shape is not None else ())
     except Exception as exc:  # noqa: BLE001 - one item's values never abort a sweep
         return scoring_error(exc, shape.flags)
     flags = list(cmp.flags)
@@ -379,7 +380,8 @@ def pred_nondeterministic(cmp: Comparison, gold: pa.Table, pred: pa.Table, shape
         if alts == "unknown":
             return True
         if alts:
-            return any(compare(gold, alt, shape, policy, probe).match != cmp.match for alt in alts)
+            return any(matches(gold, alt, shape, policy, probe, pred_constants=pred_shape.constant_columns)
+                       != cmp.match for alt in alts)
     return False
 
 

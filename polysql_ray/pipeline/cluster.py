@@ -168,6 +168,19 @@ def _start_reaper() -> None:
                      start_new_session=True, close_fds=True)
 
 
+def engine_actors(cfg: dict, engine: str, cluster_cpus: float | None = None) -> int:
+    """Execution actors of ``engine`` (``engines.<engine>.actors``): a whole number as given;
+    ``auto``: one per two CPUs of the cluster, at least 1 -- scoring tasks take one per CPU
+    (``pipeline.max_inflight_score: auto``) and an execution actor's work interleaves with
+    theirs, so together they keep every core busy. ``cluster_cpus``: the cluster's CPU count
+    (default: ``ray.cluster_resources()``, Ray must be up)."""
+    setting = ((cfg.get("engines") or {}).get(engine) or {}).get("actors", 1)
+    if str(setting) != "auto":
+        return max(1, int(setting))
+    cpus = float(ray.cluster_resources().get("CPU", 1.0)) if cluster_cpus is None else float(cluster_cpus)
+    return max(1, int(cpus // 2))
+
+
 def check_fits(cfg: dict, engines: list[str]) -> None:
     """Fail fast instead of hanging when the execution actors would reserve every CPU of the
     cluster and leave none for a scoring task, or ask for a custom resource (``engines.<name>.
@@ -181,7 +194,7 @@ def check_fits(cfg: dict, engines: list[str]) -> None:
                     f"Ray cluster has {float(have.get(name, 0.0)):g}: start a node with "
                     f"resources={{\"{name}\": N}} or drop engines.{e}.resources")
     total = have.get("CPU", 0.0)
-    reserved = sum(max(1, int(((cfg.get("engines") or {}).get(e) or {}).get("actors", 1)))
+    reserved = sum(engine_actors(cfg, e, total)
                    * float(((cfg.get("engines") or {}).get(e) or {}).get("num_cpus", 0.5)) for e in engines)
     need = reserved + float(cfg["pipeline"].get("score_num_cpus", 0.25))
     if need > total + 1e-9:

@@ -244,10 +244,11 @@ class Scheduler:
 
     def _start_engine(self, engine: str) -> None:
         from polysql_ray.pipeline.actors import ExecutionActor
+        from polysql_ray.pipeline.cluster import engine_actors
 
         pcfg = self.cfg["pipeline"]
         ecfg = (self.cfg.get("engines") or {}).get(engine) or {}
-        n = max(1, int(ecfg.get("actors", 1)))
+        n = engine_actors(self.cfg, engine)
         # a dead actor (killed, OOM, an engine crash) is restarted and its in-flight batches are
         # retried by Ray; what still fails is split into single statements (_exec_failed)
         cls = ray.remote(ExecutionActor).options(num_cpus=float(ecfg.get("num_cpus", 0.5)),
