@@ -19,6 +19,10 @@ Verdict vocabulary (stored verbatim):
   when it did not run; ``trail``: which layers ran and what each decided, in order
   (``structural:equivalent`` or ``structural:unknown>execution:fail``).
 * ``pred_status`` is ``skipped`` when a structural proof made executing the prediction moot.
+* ``policy``: the name of the comparison policy (``default``, ``testsuite``, ``bird`` ...) the
+  row was scored under; one row per policy of ``policies=[...]`` (its fingerprint is in the
+  key). Null in rows stored before the column existed: they read as ``default``
+  (:func:`polysql_ray.statistics.load.load_scores`).
 """
 from __future__ import annotations
 
@@ -60,8 +64,21 @@ SCORE_SCHEMA = pa.schema(
         ("pred_exec_s", pa.float64()),
         ("score_s", pa.float64()),
         ("scored_at", pa.timestamp("us", tz="UTC")),
+        # additive (older parts lack it; read through conform()): the comparison policy's name
+        ("policy", pa.string()),
     ]
 )
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """``table`` with exactly SCORE_SCHEMA's columns, in order and cast: a column the table
+    lacks (a part file written before an additive column existed) becomes all nulls.
+    Errors: pyarrow's own when a present column cannot be cast."""
+    for name in SCORE_SCHEMA.names:
+        if name not in table.column_names:
+            field = SCORE_SCHEMA.field(name)
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table.select(SCORE_SCHEMA.names).cast(SCORE_SCHEMA)
 
 VERDICTS = ("pass", "fail", "inconclusive", "gold_error", "unavailable")
 BASES = ("observed", "proven", "judged")
