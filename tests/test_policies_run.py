@@ -34,6 +34,11 @@ def test_three_policies_from_one_set_of_executions(ray_session, tmp_path):
     assert stats.items_scored == 3 * 204 and stats.exec_repeated == 0
     assert sorted(set(table.column("policy").to_pylist())) == ["bird", "default", "testsuite"]
     assert table.num_rows == 3 * 6  # one EX row per (cell, policy)
+    import json
+
+    manifest = json.loads((tmp_path / "three" / "runs" / stats.run_id / "manifest.json").read_text())
+    assert sorted(manifest["policies"]) == ["bird", "default", "testsuite"]
+    assert manifest["policies"]["testsuite"]["rules"]["distinct"] == "strip_all"
     three = _verdicts(tmp_path / "three")
     assert len(three) == 3 * 204
     # each policy alone, in its own folder: the same verdicts item by item ...
