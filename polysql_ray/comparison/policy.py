@@ -122,7 +122,7 @@ AMBIGUITY_FLAGS = ("ties_at_limit", "ties_truncated", "nondeterministic_gold", "
                    "time_dependent_gold",
                    "null_order", "integer_division", "bool_as_int", "decimal_scale", "collation",
                    "duplicates", "ungrouped_column", "tie_probe_unavailable", "order_keys_unknown",
-                   "unparsed_gold", *COINCIDENCES)
+                   "unparsed_gold", "empty_aggregate", "string_number", *COINCIDENCES)
 #: Every flag a policy may list in ``inconclusive_flags`` (the ambiguity flags and the
 #: informational column-mapping flags).
 POLICY_FLAGS = AMBIGUITY_FLAGS + ("columns_reordered", "extra_pred_columns_used")

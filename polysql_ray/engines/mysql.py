@@ -263,8 +263,19 @@ class MySQLEngine(ServerEngine):
     settings = {}
     # MySQL 8.0 reference 11.2.3: columns case-insensitive; table names per lower_case_table_names
     identifiers = IdentifierRules(fold=None, tables_ci=None, columns_ci=True, quote="`")
-    semantics = Semantics(integer_division=False, nulls_first_asc=True, ci_equals=True, ci_like=True,
-                          arbitrary_ungrouped=True)
+    semantics = Semantics(
+        integer_division=False,  # "Arithmetic Operators": / gives a DECIMAL (div_precision_increment
+                                 # digits); DIV is integer division
+        nulls_asc="first", nulls_desc="last",  # "Working with NULL Values": NULLs are presented first
+                                               # with ORDER BY ... ASC and last with DESC
+        ci_equals=True,          # "Character Sets and Collations": default collations (_ci) ignore case
+        ci_like=True,            # "String Comparison Functions": LIKE follows the collation
+        empty_sum_null=True,     # "Aggregate Function Descriptions": SUM() returns NULL if there were
+                                 # no matching rows
+        string_number="number",  # "Type Conversion in Expression Evaluation": a string compared with a
+                                 # number compares as floating-point numbers
+        arbitrary_ungrouped=True,
+    )
     # nothing proven across it: case- and accent-insensitive collations change =, GROUP BY, DISTINCT
     structural = StructuralFacts(identifiers=StructuralIdentifiers(False, False, False, "exact"),
                                  numeric_plus=True)
