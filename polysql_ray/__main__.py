@@ -40,7 +40,8 @@ def _run(cfg: DictConfig) -> int:
     console.print(
         f"cells {stats.cells} | predictions {stats.items_total}: scored {stats.items_scored}, "
         f"already stored {stats.items_skipped} | executions requested "
-        f"{sum(stats.exec_requested.values())}, unique {sum(stats.exec_unique.values())} | "
+        f"{sum(stats.exec_requested.values())}, unique {sum(stats.exec_unique.values())}, "
+        f"repeated {getattr(stats, 'exec_repeated', 0)} | "
         f"replicas {stats.replicas} ({stats.replicas - stats.replicas_reused} built, "
         f"{stats.replicas_reused} reused) | engine time {engine_s:.1f}s | wall {stats.wall_s:.1f}s")
     g = stats.generation

@@ -130,6 +130,12 @@ def validate(cfg: dict) -> None:
         ComparisonPolicy.from_config(cfg.get("policy") or {})
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"policy: {str(exc).splitlines()[0]}") from None
+    from polysql_ray.comparison.policy import load_policies
+
+    try:
+        load_policies(cfg, CONF_DIR / "policy")
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
 
 
 #: Type and range of the settings the run reads (behaviour as data): key (``*``: any engine) ->

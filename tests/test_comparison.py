@@ -175,9 +175,15 @@ def test_float_tolerance_inside_multiset_and_at_rounding_boundary():
 
 
 def test_string_number_policy(sq, dk):
+    # an integer-valued string is policy.integer_string's (default equal, flagged: issue 20)
     r = cmp("", sq("SELECT '5'"), dk("SELECT 5"))
+    assert r.match and "integer_string" in r.flags
+    r = cmp("", sq("SELECT '5'"), dk("SELECT 5"), dataclasses.replace(POLICY, integer_string="flagged"))
+    assert not r.match and r.reason == "types" and "integer_string" in r.flags
+    # any other numeric string is string_number_equal's
+    r = cmp("", sq("SELECT '5.5'"), dk("SELECT 5.5"))
     assert not r.match and r.reason == "types"
-    assert cmp("", sq("SELECT '5'"), dk("SELECT 5"),
+    assert cmp("", sq("SELECT '5.5'"), dk("SELECT 5.5"),
                dataclasses.replace(POLICY, string_number_equal=True)).match
 
 
@@ -272,8 +278,13 @@ def test_policy_yaml_mirrors_defaults_and_overrides_change_fingerprint():
     other = {"version": "cmp-x", "order": "bag", "ties": "positional", "columns": "positional",
              "distinct": "strip", "ties_at_limit": "strict", "duplicates": "set",
              "inconclusive_flags": "[null_order]", "decimal_rounding_min_scale": 6,
-             "max_extra_pred_columns": 3}
+             "max_extra_pred_columns": 3, "midnight_timestamp": "flagged",
+             "integer_string": "inconclusive"}
     for f in dataclasses.fields(ComparisonPolicy):
+        if f.name == "name":  # a label: the same rules under another name share their scores
+            renamed = OmegaConf.merge(cfg, OmegaConf.from_dotlist(["name=mine"]))
+            assert ComparisonPolicy.from_config(renamed).fingerprint() == pol.fingerprint()
+            continue
         v = getattr(pol, f.name)
         new = str(not v).lower() if isinstance(v, bool) else v * 10 + 1e-3 if isinstance(v, float) \
             else other[f.name]

@@ -20,7 +20,7 @@ from polysql_ray.generation.base import GenStatus
 
 POLICY = ComparisonPolicy()
 TESTSUITE = ComparisonPolicy(abs_tol=0.0, rel_tol=0.0, order="order_by_anywhere", ties="positional", inconclusive_flags=(),
-                             ties_at_limit="strict", extra_pred_columns=False, distinct="strip",
+                             ties_at_limit="strict", extra_pred_columns=False, distinct="strip_all",
                              empty_equal=True)
 ROWS = [(1, "Ann", 30, "FR", 7, None), (2, "Bob", 40, "US", 8, 3), (3, "Cid", 30, "US", 6, 1),
         (4, "Dee", 52, "FR", 9, None), (5, "Eve", 40, "DE", 5, 2), (6, "ann", 25, "US", 8, 4)]
@@ -107,11 +107,28 @@ def test_positional_columns_policy_fails_a_permutation(db, tmp_path):
 
 
 # ------------------------------------------------------------------ policy=testsuite
-def test_distinct_is_stripped_from_select_but_kept_in_aggregates():
+def test_distinct_is_stripped_everywhere_as_test_suite_does():
     assert executed_sql("SELECT DISTINCT a FROM t WHERE b IN (SELECT DISTINCT b FROM u)", "sqlite", TESTSUITE) \
         == "SELECT a FROM t WHERE b IN (SELECT b FROM u)"
-    assert executed_sql("SELECT count(DISTINCT a) FROM t", "sqlite", TESTSUITE) == "SELECT count(DISTINCT a) FROM t"
+    # test-suite's parse.remove_distinct deletes the aggregate's DISTINCT too (issue 20)
+    assert executed_sql("SELECT count(DISTINCT a) FROM t", "sqlite", TESTSUITE) == "SELECT count(a) FROM t"
+    # distinct=strip keeps it; the default runs the text as written; DISTINCT ON always stays
+    select_only = dataclasses.replace(TESTSUITE, distinct="strip")
+    assert executed_sql("SELECT count(DISTINCT a) FROM t", "sqlite", select_only) == "SELECT count(DISTINCT a) FROM t"
     assert executed_sql("SELECT DISTINCT a FROM t", "sqlite", POLICY) == "SELECT DISTINCT a FROM t"
+    assert executed_sql("SELECT DISTINCT ON (a) a FROM t", "postgres", TESTSUITE) == "SELECT DISTINCT ON (a) a FROM t"
+
+
+def test_testsuite_passes_what_test_suite_passes_and_fails_what_it_fails(db, tmp_path):
+    ts = lambda g, p: score(g, p, db, tmp_path, policy=TESTSUITE)  # noqa: E731
+    # a subquery's SELECT DISTINCT against the gold's COUNT(DISTINCT ...): test-suite strips both
+    # (count(country) = 6 = count(*) of the undistinct subquery) and passes it
+    gold, pred = "SELECT count(DISTINCT country) FROM singer", \
+        "SELECT count(*) FROM (SELECT DISTINCT country FROM singer)"
+    assert ts(gold, pred).verdict == "pass"
+    assert score(gold, pred, db, tmp_path).verdict == "pass"  # 3 = 3 as written
+    # the other direction: NULLs tell count(x) from count(*), stripped or not
+    assert ts("SELECT count(DISTINCT rank) FROM singer", "SELECT count(*) FROM singer").verdict == "fail"
 
 
 def test_testsuite_rules_in_both_directions(db, tmp_path):
@@ -124,8 +141,11 @@ def test_testsuite_rules_in_both_directions(db, tmp_path):
     assert ts("SELECT DISTINCT country FROM singer", "SELECT name FROM singer").verdict == "fail"
     r = score("SELECT DISTINCT country FROM singer", "SELECT country FROM singer", db, tmp_path)
     assert r.verdict == "fail" and "duplicates" in r.flags  # the default keeps bag semantics, flagged
-    # COUNT(DISTINCT x) is not COUNT(x) (test-suite's own deletion would pass this)
-    assert ts("SELECT count(DISTINCT country) FROM singer", "SELECT count(country) FROM singer").verdict == "fail"
+    # COUNT(DISTINCT x) runs as COUNT(x) (test-suite's deletion, reproduced): it passes there,
+    # and fails under the default policy, which runs both as written
+    assert ts("SELECT count(DISTINCT country) FROM singer", "SELECT count(country) FROM singer").verdict == "pass"
+    assert score("SELECT count(DISTINCT country) FROM singer", "SELECT count(country) FROM singer", db,
+                 tmp_path).verdict == "fail"
     # another row tied at an ORDER BY ... LIMIT cut: test-suite fails it, the default passes and flags it
     gold, other = "SELECT name FROM singer ORDER BY age LIMIT 2", \
         "SELECT name FROM singer ORDER BY age, id DESC LIMIT 2"

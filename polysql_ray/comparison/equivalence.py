@@ -549,11 +549,44 @@ def _replica(database: str, engine: str, target: str, replicas_dir, engine_setti
     from polysql_ray.replication.base import replicate
 
     embedded = engine_spec(engine).embedded
-    db_id = Path(database).stem if embedded else str(database)
-    src = SourceDatabase(dataset=dataset, db_id=db_id, engine=engine,
-                         location=str(Path(database).resolve()) if embedded else str(database),
-                         exists=os.path.isfile(database) if embedded else True)
+    location = str(Path(database).resolve()) if embedded else str(database)
     rdir = Path(replicas_dir) if replicas_dir else Path.home() / ".cache" / "polysql_ray" / "replicas"
+    # the copy a sweep (or an earlier call) made of this very source in this folder: reused
+    # under its own (dataset, db_id), whatever name this call was given
+    known = _replica_of(rdir, target, engine, location)
+    if known is not None:
+        dataset, db_id = known
+    else:
+        db_id = Path(database).stem if embedded else _server_db_id(str(database))
+    src = SourceDatabase(dataset=dataset, db_id=db_id, engine=engine, location=location,
+                         exists=os.path.isfile(database) if embedded else True)
     settings = None if engine_spec(target).embedded else dict(engine_settings.get(target) or {})
     source_settings = None if embedded else dict(engine_settings.get(engine) or {})
     return replicate(src, target, rdir, settings=settings, source_settings=source_settings).location
+
+
+def _server_db_id(location: str) -> str:
+    """A folder-safe db_id for a server source named ``database[/schema]`` (a PostgreSQL
+    location names both; the slash would nest the manifest's folder)."""
+    return re.sub(r"[^0-9A-Za-z_.-]", "_", location)
+
+
+def _replica_of(replicas_dir: Path, target: str, engine: str, location: str) -> tuple[str, str] | None:
+    """``(dataset, db_id)`` of the copy in ``target`` whose manifest under ``replicas_dir``
+    records ``location`` on ``engine`` as its source (the pipeline's replica of it), else None.
+    Whether that copy is still current is :func:`polysql_ray.replication.base.replicate`'s
+    decision (its reuse key), as in a sweep."""
+    import json
+
+    root = replicas_dir / target
+    if not root.is_dir():
+        return None
+    for mf in sorted(root.glob("*/*/manifest.json")):
+        try:
+            doc = json.loads(mf.read_text())
+        except (OSError, ValueError):
+            continue
+        if doc.get("source_engine") == engine and doc.get("source_location") == location \
+                and doc.get("dataset") and doc.get("db_id"):
+            return str(doc["dataset"]), str(doc["db_id"])
+    return None

@@ -48,6 +48,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +98,19 @@ def _iso(arr: pa.Array) -> pa.Array:
     for pattern, repl in _ISO_RULES:
         arr = pc.replace_substring_regex(arr, pattern=pattern, replacement=repl)
     return arr
+
+
+#: Canonical ISO text of a midnight timestamp, and the date it meets (``policy.midnight_timestamp``).
+_MIDNIGHT = (r"^(-?\d{4,}-\d{2}-\d{2}) 00:00:00$", r"\1")
+#: An integer-valued string (``policy.integer_string``): optional sign, decimal digits only.
+INTEGER_TEXT = r"^[+-]?[0-9]+$"
+
+
+def _midnight_meets(g: "Canon", p: "Canon", policy: ComparisonPolicy) -> bool:
+    """A midnight timestamp of one side may meet a date of the other: the knob says ``equal``
+    and exactly one side is a TIMESTAMP column (the other a DATE or text)."""
+    return policy.midnight_timestamp == "equal" and \
+        pa.types.is_timestamp(g.raw.type) != pa.types.is_timestamp(p.raw.type)
 
 
 def canonical_column(col: pa.Array | pa.ChunkedArray, policy: ComparisonPolicy) -> Canon:
@@ -288,7 +302,10 @@ def py_canonical(v: Any, policy: ComparisonPolicy) -> Any:
         return math.nan if v.is_nan() else float(v)  # float() refuses a signalling NaN
     if isinstance(v, str):
         s = v.rstrip(" ") if policy.trim_trailing_spaces else v
-        if policy.string_number_equal:
+        if re.fullmatch(INTEGER_TEXT, s):  # integer-valued: policy.integer_string alone decides
+            if policy.integer_string == "equal":
+                return int(s)
+        elif policy.string_number_equal:
             try:
                 d = decimal.Decimal(s.strip())
                 if d.is_finite():
@@ -350,7 +367,8 @@ def pair_mode(a: str, b: str, policy: ComparisonPolicy) -> str:
         return "arrow"
     if "mixed" in kinds:
         return "python"
-    if policy.string_number_equal and "str" in kinds and kinds & {"int", "float"}:
+    if (policy.string_number_equal or policy.integer_string == "equal") and "str" in kinds \
+            and kinds & {"int", "float"}:
         return "python"
     return "disjoint"
 
@@ -476,9 +494,16 @@ def pair_codes(g: Canon, p: Canon, policy: ComparisonPolicy) -> PairCodes:
             gv, pv = pa.array(gv), pa.array(pv)
         elif g.kind != p.kind:  # str vs temporal: canonicalise the ISO text on the string side
             gv, pv = _iso(gv), _iso(pv)
+        if g.kind != "bool" and _midnight_meets(g, p, policy):  # a midnight timestamp is its date
+            gv, pv = (pc.replace_substring_regex(v, pattern=_MIDNIGHT[0], replacement=_MIDNIGHT[1])
+                      for v in (gv, pv))
         idx = pa.concat_arrays([gv, pv]).dictionary_encode().indices
         codes = idx.fill_null(NULL_CODE).to_numpy().astype(np.int64)
         return PairCodes(_null_fill(codes[:n], g.null), _null_fill(codes[n:], p.null), None, None, mode)
+    if mode == "python" and not policy.string_number_equal and {g.kind, p.kind} in ({"str", "int"}, {"str", "float"}):
+        codes = _integer_text_codes(g, p, policy)
+        if codes is not None:
+            return codes
     if mode in ("python", "int"):  # per-value fallback (also big Python ints)
         table: dict[Any, int] = {}
         out = []
@@ -509,6 +534,35 @@ def pair_codes(g: Canon, p: Canon, policy: ComparisonPolicy) -> PairCodes:
     # disjoint: non-NULL values never meet; NULL still equals NULL
     return PairCodes(_null_fill(np.zeros(n), g.null), _null_fill(np.ones(len(p.null)), p.null),
                      None, None, "disjoint")
+
+
+def _integer_text_codes(g: Canon, p: Canon, policy: ComparisonPolicy) -> PairCodes | None:
+    """A string column vs a number column under ``integer_string = equal``, vectorised: the
+    strings holding an integer (:data:`INTEGER_TEXT`) become that number and compare with the
+    numbers under the tolerance (as :func:`py_canonical` decides value by value); every other
+    string keeps an exact code of its own (>= 1), which no number has (0). None when a value
+    is beyond float's exact integers (the per-value path compares it exactly)."""
+    out = []
+    for side in (g, p):
+        n = len(side.null)
+        if side.kind != "str":
+            if side.values.dtype == object:
+                return None
+            out.append((_null_fill(np.zeros(n), side.null), np.where(side.null, math.nan,
+                                                                       side.values.astype(np.float64))))
+            continue
+        text = side.values
+        is_int = np.asarray(pc.fill_null(pc.match_substring_regex(text, INTEGER_TEXT), False)
+                            .to_numpy(zero_copy_only=False), dtype=bool)
+        floats = np.full(n, math.nan)
+        if is_int.any():
+            ints = pc.filter(text, pa.array(is_int)).to_pylist()
+            if max(len(v.lstrip("+-").lstrip("0")) for v in ints) > 15:
+                return None
+            floats[is_int] = [float(int(v)) for v in ints]
+        idx = pc.dictionary_encode(text).indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) + 1
+        out.append((_null_fill(np.where(is_int, 0, idx), side.null), floats))
+    return _nan_codes(out[0][0], out[1][0], out[0][1], out[1][1], "python", g.null, p.null, policy)
 
 
 def _nan_codes(gc: np.ndarray, pc_: np.ndarray, gf: np.ndarray, pf: np.ndarray, mode: str,

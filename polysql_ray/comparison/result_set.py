@@ -552,6 +552,7 @@ def compare(gold: pa.Table | None, pred: pa.Table | None, shape: GoldShape,
     res = _compare(gold, view, shape, policy, probe, flags)
     if not res.match:
         _explain(gold, view, shape, policy, probe, res, flags)
+    flags += coincidences(gold, view, shape, policy, probe, res)
     if keep is not None and res.diff is not None and res.diff.column_mapping:
         mapping = tuple(keep[j] for j in res.diff.column_mapping)
         res = dataclasses.replace(res, diff=dataclasses.replace(res.diff, column_mapping=mapping))
@@ -595,6 +596,49 @@ def _extra_columns(gold: pa.Table, pred: pa.Table, policy: ComparisonPolicy,
     if len(keep) < k or len(keep) - k > policy.max_extra_pred_columns:
         return ()
     return keep if len(keep) < m else None
+
+
+def _coincidence_possible(knob: str, gold: pa.Table, pred: pa.Table, pairs) -> bool:
+    """Whether the column types of ``pairs`` ((gold index, pred index)) could meet by the type
+    coincidence ``knob`` (policy.py, "Type coincidences"): a cheap test on Arrow types."""
+    import pyarrow.types as t
+
+    def kinds(c):
+        c = c.type.value_type if t.is_dictionary(c.type) else c.type
+        return ("ts" if t.is_timestamp(c) else "date" if t.is_date(c) else
+                "str" if (t.is_string(c) or t.is_large_string(c) or t.is_string_view(c)) else
+                "num" if (t.is_integer(c) or t.is_floating(c) or t.is_decimal(c)) else "other")
+    for i, j in pairs:
+        a, b = kinds(gold.column(i)), kinds(pred.column(j))
+        if knob == "midnight_timestamp" and (a == "ts") != (b == "ts") and {a, b} <= {"ts", "date", "str"}:
+            return True
+        if knob == "integer_string" and {a, b} == {"str", "num"}:
+            return True
+    return False
+
+
+def coincidences(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: ComparisonPolicy,
+                 probe: pa.Table | None, res: Comparison) -> list[str]:
+    """The type coincidences (``policy.COINCIDENCES``) that decided ``res``: on a match, each
+    knob set to ``equal`` without which the comparison fails; on a mismatch, each knob not
+    ``equal`` with which it would pass. Re-compares only where a mapped column pair (on a
+    match) or any column pair (on a mismatch) has the types the coincidence needs."""
+    from .policy import COINCIDENCES
+
+    if res.match:
+        mapping = res.diff.column_mapping if res.diff is not None else ()
+        pairs = list(enumerate(mapping))
+        knobs = [k for k in COINCIDENCES if getattr(policy, k) == "equal"]
+        test = lambda k: not _compare(gold, pred, shape, dataclasses.replace(policy, **{k: "flagged"}),  # noqa: E731
+                                      probe, [], False).match
+    elif res.reason in ("values", "types", "order"):
+        pairs = [(i, j) for i in range(gold.num_columns) for j in range(pred.num_columns)]
+        knobs = [k for k in COINCIDENCES if getattr(policy, k) != "equal"]
+        test = lambda k: _compare(gold, pred, shape, dataclasses.replace(policy, **{k: "equal"}),  # noqa: E731
+                                  probe, [], False).match
+    else:
+        return []
+    return [k for k in knobs if _coincidence_possible(k, gold, pred, pairs) and test(k)]
 
 
 def _ordered(shape: GoldShape, policy: ComparisonPolicy) -> bool:
@@ -674,13 +718,20 @@ def _compare(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
             flags.append("bool_as_int")
     if null_keys and reason in ("order", "values"):
         flags.append("null_order")
-    if explain and reason == "values" and any(ctx.pair(i, j).mode == "disjoint" and ctx.cg[i].kind != "null"
-                                  and ctx.cp[j].kind != "null" for i, j in enumerate(diff.column_mapping)):
-        relaxed = dataclasses.replace(policy, string_number_equal=True, date_string_equal=True,
-                                      bool_as_int=True)
+    if explain and reason == "values" and any(_typed_apart(ctx, i, j) for i, j in enumerate(diff.column_mapping)):
+        relaxed = dataclasses.replace(policy.coincidence_relaxed(), string_number_equal=True,
+                                      date_string_equal=True, bool_as_int=True)
         if relaxed != policy and _compare(gold, pred, shape, relaxed, probe, [], False).match:
             reason = "types"
     return Comparison(reason == "match", reason, (), diff)
+
+
+def _typed_apart(ctx: _Ctx, i: int, j: int) -> bool:
+    """Gold column i and predicted column j hold values of kinds the policy keeps apart (a
+    string vs a number meet only as integer-valued strings, else never)."""
+    kinds = {ctx.cg[i].kind, ctx.cp[j].kind}
+    return "null" not in kinds and (ctx.pair(i, j).mode == "disjoint"
+                                    or ("str" in kinds and bool(kinds & {"int", "float"})))
 
 
 def _decimal_scale(t: pa.Table) -> int | None:

@@ -51,6 +51,11 @@ from polysql_ray.generation.base import GenStatus
 #: never ``fail``.
 INCONCLUSIVE_REASONS: frozenset[str] = frozenset({"ties_truncated", "compare_error"})
 
+#: Gold flags recorded on every verdict of a gold that ran, a failed prediction's included:
+#: ``time_dependent_gold`` (the score is redone on a new UTC date; the sweep also copies the
+#: dataset's clock flag, ``datasets/clock.py``, and the one-case API must say the same).
+GOLD_FACT_FLAGS: frozenset[str] = frozenset({"time_dependent_gold"})
+
 _GEN_REASON = {
     GenStatus.NO_SQL: "no_sql",
     GenStatus.MISSING: "missing",
@@ -293,14 +298,17 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
                             shape.nested_cuts)
         shape = replace(shape, flags=tuple(dict.fromkeys(shape.flags + found)))
     gen_status = GenStatus(gen_status)
+    # facts about the gold that hold whatever the prediction did (its score is redone on a new
+    # date): kept on a failed prediction too, which decides nothing else (no policy applies)
+    facts = tuple(f for f in shape.flags if f in GOLD_FACT_FLAGS)
     if gen_status is not GenStatus.OK:
-        return Verdict("fail", _GEN_REASON[gen_status])
+        return Verdict("fail", _GEN_REASON[gen_status], flags=facts)
     if pred is None:
         if proven:
             return _apply_policy(Verdict("pass", "match", "proven", shape.flags), policy)
-        return Verdict("fail", "no_sql")
+        return Verdict("fail", "no_sql", flags=facts)
     if pred.status is not ExecStatus.OK:
-        return Verdict("fail", f"pred_{pred.status.value}")
+        return Verdict("fail", f"pred_{pred.status.value}", flags=facts)
     probe_table = probe.table if (probe is not None and probe.ok) else None
     try:
         cmp: Comparison = compare(gold.table, pred.table, shape, policy, probe_table,
@@ -397,7 +405,7 @@ def scoring_error(exc: BaseException, flags: tuple[str, ...] = ()) -> Verdict:
 
 def _apply_policy(v: Verdict, policy: ComparisonPolicy) -> Verdict:
     """``inconclusive`` when ``v`` carries a flag the policy does not let decide a verdict."""
-    if v.verdict in ("pass", "fail") and set(v.flags) & set(policy.inconclusive_flags):
+    if v.verdict in ("pass", "fail") and set(v.flags) & policy.undecided_flags():
         return Verdict("inconclusive", v.reason, v.basis, v.flags, v.diff)
     return v
 

@@ -212,7 +212,7 @@ def _score_row(it: dict, results: list, policy, now: dt.datetime, error: BaseExc
                      else "skipped" if v.basis == "proven" else ExecStatus.EMPTY.value),
         pred_error=_nullable_str(pred_error or v.detail or None),
         correct=v.correct, verdict=v.verdict, reason=v.reason, basis=v.basis,
-        flags=",".join(dict.fromkeys((*v.flags, *it.get("_flags", ())))), policy_version=policy.version,
+        flags=",".join(dict.fromkeys((*v.flags, *it.get("_flags", ())))), policy_version=policy.version, policy=policy.name,
         structural=structural, trail=_trail(structural, pred, v),
         gold_rows=rows_of(gold), pred_rows=rows_of(pred),
         gold_exec_s=(gold.elapsed_s if gold is not None else 0.0),

@@ -80,7 +80,8 @@ class Grid:
     levels: list[str]
     cells: list[Cell]
     shapes: dict = field(default_factory=dict)  # (gold_sql, dialect) -> GoldShape, parsed once per run
-    policy: Any = None  # the run's ComparisonPolicy, built once (build_grid) and passed as the object
+    policy: Any = None  # the run's first ComparisonPolicy, built once (build_grid) and passed as the object
+    policies: dict = field(default_factory=dict)  # name -> ComparisonPolicy of every cell (policies=[...])
     identities: dict = field(default_factory=dict)  # engine -> engine_identity, read at run start
     source_fps: dict = field(default_factory=dict)  # (dataset, db_id) -> source content fingerprint
 
@@ -97,6 +98,8 @@ class RunStats:
     exec_requested: dict = field(default_factory=lambda: collections.Counter())  # engine -> item needs
     exec_unique: dict = field(default_factory=lambda: collections.Counter())     # engine -> executions run
     exec_reused: int = 0        # needs met by an execution already run or running (LRU, in flight)
+    exec_repeated: int = 0      # executions of a key this run had already executed (evicted from
+                                # the LRU, needed again); tracked for the first 1M unique keys
     engine_s: dict = field(default_factory=lambda: collections.defaultdict(float))
     replicas: int = 0
     replicas_reused: int = 0
@@ -148,7 +151,6 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
     ``conf_loader(group, name) -> dict`` loads ``conf/<group>/<name>.yaml`` for grid entries
     given by name. Errors: :class:`ConfigError` naming the offending key.
     """
-    from polysql_ray.comparison.policy import ComparisonPolicy
     from polysql_ray.datasets.registry import dataset_sources, load_dataset
     from polysql_ray.engines.registry import engine_fingerprint, engine_for_dialect, identity_fingerprint
     from polysql_ray.extras import check_installed, engine_part
@@ -184,7 +186,14 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
                         f"dialects=[{d}]" for d in dialects},
                      **{("generator", str(m.get("generator"))): f"model {m.get('name')}" for m in model_cfgs}})
 
-    policy = ComparisonPolicy.from_config(cfg.get("policy") or {})
+    from polysql_ray.comparison.policy import load_policies
+    from polysql_ray.config import CONF_DIR
+
+    try:
+        policies = {p.name: p for p in load_policies(cfg, CONF_DIR / "policy")}
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    policy = next(iter(policies.values()))
     # suite_identity: "" when suites are off (cell keys unchanged), else the suite version and settings
     limits_fp = Limits(**(cfg.get("limits") or {})).fingerprint() + replication_fingerprint(cfg) + suite_identity(cfg)
     datasets, sources = {}, {}
@@ -215,14 +224,18 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
                 served = "|id-" + "+".join(identity_fingerprint(identities[e]) for e in
                                            [engine, *sorted({src.engine for src in sources[ds]})])
                 for level in (levels if getattr(gen, "uses_prompts", False) else ["-"]):
-                    cells.append(Cell(
-                        key=cell_key(m["name"], fp, ds, dialect, level, policy.fingerprint(),
-                                     limits_fp + engine_fingerprint(engine, _engine_settings(cfg, engine)) + served),
-                        model=m["name"], generator=m.get("generator", "?"), generator_fingerprint=fp,
-                        dataset=ds, dialect=dialect, target_engine=engine,
-                        instruction_level=level))
+                    # one cell per policy, adjacent: the later policies' items find every
+                    # execution of the first in flight or in the LRU (nothing runs twice)
+                    for pol in policies.values():
+                        cells.append(Cell(
+                            key=cell_key(m["name"], fp, ds, dialect, level, pol.fingerprint(),
+                                         limits_fp + engine_fingerprint(engine, _engine_settings(cfg, engine))
+                                         + served),
+                            model=m["name"], generator=m.get("generator", "?"), generator_fingerprint=fp,
+                            dataset=ds, dialect=dialect, target_engine=engine,
+                            instruction_level=level, policy=pol.name))
     return Grid(datasets, sources, model_cfgs, generators, dialects, levels, cells, policy=policy,
-                identities=identities, source_fps=source_fps)
+                policies=policies, identities=identities, source_fps=source_fps)
 
 
 def run_identities(cfg: dict, dialects: list[str], sources: dict) -> tuple[dict, dict]:
@@ -457,7 +470,8 @@ class Planner:
         from polysql_ray.comparison.shape import analyze_gold
         from polysql_ray.engines.registry import default_dialect
 
-        grid, policy, shapes = self.grid, self.grid.policy, self.grid.shapes
+        grid, shapes = self.grid, self.grid.shapes
+        policy = grid.policies.get(cell.policy, grid.policy)
         examples = grid.datasets[cell.dataset]
         pred_dialect = default_dialect(cell.target_engine)
         requests: dict[str, ExecRequest] = {}
@@ -477,9 +491,9 @@ class Planner:
             gold = probe = pr = ties = pred_probe = pred_ties = None
             shape = pred_shape = None
             if ex.gold_error is None:
-                sk = (ex.gold_sql, ex.gold_dialect)
+                sk = (ex.gold_sql, ex.gold_dialect, policy.distinct)  # policy.distinct rewrites it
                 if sk not in shapes:
-                    gold_sql = executed_sql(ex.gold_sql, ex.gold_dialect, policy)  # policy.distinct
+                    gold_sql = executed_sql(ex.gold_sql, ex.gold_dialect, policy)
                     shapes[sk] = analyze_gold(gold_sql, ex.gold_dialect)
                     self._gold_sql[sk] = gold_sql
                 shape, gold_sql = shapes[sk], self._gold_sql[sk]
@@ -583,7 +597,7 @@ def schedule(cfg: dict, grid: Grid, cells: list[Cell], pending: dict, feed, plan
 
     warnings = MalformedWarnings()
     with Scheduler(cfg, store, progress, stats, run_id, grid.policy, clock,
-                   engine_settings=engine_settings, suite=suite) as sched:
+                   engine_settings=engine_settings, suite=suite, policies=grid.policies) as sched:
         for cell in cells:
             # while the model generates this cell, earlier cells keep executing and scoring
             preds = feed.predictions(cell, timeout=0)
@@ -598,7 +612,8 @@ def schedule(cfg: dict, grid: Grid, cells: list[Cell], pending: dict, feed, plan
             for start in range(0, len(todo), chunk):
                 items, requests = planner.plan(cell, todo[start:start + chunk], keys, preds)
                 warnings.check(items)
-                job = (StructuralJob(mode, int(pcfg["score_batch_size"]), grid.policy, cfg).submit(items)
+                job = (StructuralJob(mode, int(pcfg["score_batch_size"]),
+                                     grid.policies.get(cell.policy, grid.policy), cfg).submit(items)
                        if prove else None)
                 sched.wait_below(window - len(items))
                 sched.add(items, requests, job)

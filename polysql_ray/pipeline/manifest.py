@@ -44,6 +44,9 @@ def run_manifest(cfg: dict, grid, policy) -> dict:
         "git_sha": git_sha(),
         "policy_version": getattr(policy, "version", None),
         "policy_fingerprint": policy.fingerprint(),
+        # every policy the cells are scored under (policies=[...]), its rules in full
+        "policies": {name: {"fingerprint": p.fingerprint(), "rules": p.to_dict()}
+                     for name, p in (getattr(grid, "policies", None) or {policy.name: policy}).items()},
         "cells": [vars(c) for c in grid.cells],
         "datasets": {k: len(v) for k, v in grid.datasets.items()},
         # what each engine ran on (product, version, stand-in, result-changing settings), read

@@ -26,6 +26,8 @@ class Cell:
         model / generator / generator_fingerprint: who produced the SQL.
         dataset / dialect / instruction_level: the grid coordinates.
         target_engine: engine that runs predictions written for ``dialect``.
+        policy: name of the comparison policy the cell is scored under (``Grid.policies``;
+            one cell per policy of ``policies=[...]``, sharing every execution).
     """
 
     key: str
@@ -36,6 +38,7 @@ class Cell:
     dialect: str
     target_engine: str
     instruction_level: str
+    policy: str = "default"
 
 
 @dataclass(frozen=True)

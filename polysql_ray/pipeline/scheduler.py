@@ -53,6 +53,8 @@ log = logging.getLogger("polysql_ray")
 ACTOR_TASK_RETRIES = 1
 #: A single statement whose execution killed its actor this many times is a runtime failure.
 CRASH_ATTEMPTS = 2
+#: Unique execution keys remembered to count repeated executions (~60 MB of hashes at most).
+TRACKED_KEYS = 1_000_000
 
 
 def inflight_scores(setting: int | str, cluster_cpus: float) -> int:
@@ -128,6 +130,8 @@ class Scheduler:
         stats: the run's ``RunStats`` (counters updated in place).
         run_id: stored in every row.
         policy: the run's ComparisonPolicy object.
+        policies: ``{name: ComparisonPolicy}``: each batch is scored under its cell's policy
+            (``Cell.policy``; a batch holds one cell's items); ``policy`` when absent.
         clock: the run's :class:`StageClock` (``execute[<engine>]``, ``score``, ``structural``).
 
     Use as a context manager: on exit the writer is flushed and the actors are killed.
@@ -136,10 +140,13 @@ class Scheduler:
     """
 
     def __init__(self, cfg: dict, store, progress, stats, run_id: str, policy, clock: StageClock,
-                 check_fits=None, engine_settings=None, suite=None) -> None:
+                 check_fits=None, engine_settings=None, suite=None,
+                 policies: dict | None = None) -> None:
         pcfg = cfg["pipeline"]
         self.cfg, self.progress, self.stats, self.run_id, self.policy, self.clock = \
             cfg, progress, stats, run_id, policy, clock
+        self.policies = dict(policies or {})  # cell.policy -> ComparisonPolicy (else ``policy``)
+        self._ran: set[int] = set()  # hashes of the exec keys run so far (_note_run)
         self.exec_bs, self.score_bs = int(pcfg["exec_batch_size"]), int(pcfg["score_batch_size"])
         self.max_exec = int(pcfg["max_inflight_exec"])
         self.max_score = inflight_scores(pcfg.get("max_inflight_score", "auto"),
@@ -231,9 +238,20 @@ class Scheduler:
                 self.missing[b] += 1
                 self.req_of[d] = req
                 self.stats.exec_unique[req.engine] += 1
+                self._note_run(d)
                 self._queue(req)
         if self.missing[b] == 0:
             self.ready.append(b)
+
+    def _note_run(self, key: str) -> None:
+        """Count an execution of a key this run already executed (``RunStats.exec_repeated``:
+        0 when nothing ran twice, e.g. across the policies of ``policies=[...]``); keys are
+        remembered by hash, for the first :data:`TRACKED_KEYS` unique ones (bounded memory)."""
+        h = hash(key)
+        if h in self._ran:
+            self.stats.exec_repeated = getattr(self.stats, "exec_repeated", 0) + 1
+        elif len(self._ran) < TRACKED_KEYS:
+            self._ran.add(h)
 
     def _queue(self, req: ExecRequest) -> None:
         engine = req.engine
@@ -411,8 +429,9 @@ class Scheduler:
             index = {d: i for i, d in enumerate(deps)}
             metas = [_item_meta(it, index, self.run_id, int(self.limits.get("max_sql_chars", 100_000)))
                      for it in batch]
+            policy = self.policies.get(batch[0].cell.policy, self.policy)  # one cell per batch
             ref = score_batch.options(num_cpus=self.score_cpus).remote(
-                metas, [refs[d] for d in deps], self.policy)
+                metas, [refs[d] for d in deps], policy)
             self.score_inflight[ref] = b
             self.batch_refs[b] = {}  # the scoring task holds the refs now
             self.clock.start("score")

@@ -15,6 +15,9 @@ import pyarrow.csv as pacsv
 
 from polysql_ray.statistics.ex import ex_table as _stats_ex_table
 from polysql_ray.statistics.load import CELL, load_scores
+
+#: One EX value of a run: a cell under one comparison policy.
+RUN_CELL = (*CELL, "policy")
 from polysql_ray.store.parquet import ResultsStore
 
 #: (column, header on screen, meaning) in table order; the legend printed under the table.
@@ -23,6 +26,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("dataset", "dataset", ""),
     ("dialect", "dialect", ""),
     ("instruction_level", "level", ""),
+    ("policy", "policy", "the comparison policy of the row's verdicts (policies=[...]: one row per policy, "
+                         "scored from the same executions)"),
     ("n", "n", "questions in the cell"),
     ("correct", "correct", "predictions whose result set matches the gold's"),
     ("gold_errors", "gold err", "questions whose gold SQL could not run (e.g. a missing database); "
@@ -45,7 +50,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                                      "(README: flags), beside EX over all"),
 )
 
-_SCHEMA = pa.schema([(c, pa.string()) if c in (*CELL,) else
+_SCHEMA = pa.schema([(c, pa.string()) if c in RUN_CELL else
                      (c, pa.float64()) if c in ("ex", "ex_all", "ex_no_timeouts", "ex_unflagged", "suite_ex",
                                                 "suite_gap") else (c, pa.int64())
                      for c, _, _ in COLUMNS])
@@ -94,7 +99,8 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
         cell_keys: restrict to these cells (all cells when None).
 
     Returns:
-        One row per cell, sorted by dataset, model, level, dialect; empty when nothing is stored.
+        One row per cell and policy, sorted by dataset, model, level, dialect, policy; empty
+        when nothing is stored.
     """
     if cell_keys is not None and not cell_keys:
         return _SCHEMA.empty_table().drop_columns(list(SUITE_TABLE_COLUMNS))
@@ -126,14 +132,14 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
             part = [f for f in files if group is None or cells_in[f] is None or cells_in[f] & want]
             if part:
                 load_scores(store, con=con, cell_keys=group, columns=EX_COLUMNS, files=part)
-                rows.extend(_stats_ex_table(con, CELL, ci_method=None))  # no CI shown: skip statsmodels
+                rows.extend(_stats_ex_table(con, RUN_CELL, ci_method=None))  # no CI shown: skip statsmodels
     finally:
         con.close()
     out = []
     for r in rows:
         counted = r["n"]
         out.append({
-            **{c: r[c] for c in CELL}, "n": r["n_total"], "correct": r["correct"],
+            **{c: r[c] for c in RUN_CELL}, "n": r["n_total"], "correct": r["correct"],
             "gold_errors": r["gold_errors"], "unavailable": r["unavailable"],
             "ex": _pct(r["correct"], counted), "ex_all": _pct(r["correct"], r["n_total"]),
             "timeouts": r["timeouts"], "ex_no_timeouts": _pct(r["correct"], counted - r["timeouts"]),
@@ -143,7 +149,7 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
             "suite_gap": (round(_pct(r["suite_ex_correct"], r["suite_n"]) - _pct(r["suite_correct"], r["suite_n"]), 2)
                           if r["suite_n"] else None),
         })
-    out.sort(key=lambda r: (r["dataset"], r["model"], r["instruction_level"], r["dialect"]))
+    out.sort(key=lambda r: (r["dataset"], r["model"], r["instruction_level"], r["dialect"], r["policy"]))
     table = pa.Table.from_pylist(out, schema=_SCHEMA)
     if not any(r["suite_n"] for r in rows):  # no suite verdicts: the table of a run without suites
         table = table.drop_columns(list(SUITE_TABLE_COLUMNS))
@@ -186,7 +192,7 @@ def render(table: pa.Table, console, title: str = "Execution accuracy (EX, %)") 
     from polysql_ray.reporting.console import view_tables
     from polysql_ray.reporting.views import Column, View
 
-    cols = tuple(Column(h, c, "text" if c in CELL else "int") for c, h, _ in COLUMNS
+    cols = tuple(Column(h, c, "text" if c in RUN_CELL else "int") for c, h, _ in COLUMNS
                  if c in table.column_names)
     rows = tuple(table.to_pylist())
     for t in view_tables(View("ex", title, "", cols, rows), console.width):
@@ -220,7 +226,8 @@ def write_run_summary(store: ResultsStore, stats) -> Path:
         "run_id": stats.run_id, "cells": stats.cells, "items_total": stats.items_total,
         "items_skipped": stats.items_skipped, "items_scored": stats.items_scored,
         "exec_requested": dict(stats.exec_requested), "exec_unique": dict(stats.exec_unique),
-        "exec_reused": stats.exec_reused, "proven": stats.proven,
+        "exec_reused": stats.exec_reused, "exec_repeated": getattr(stats, "exec_repeated", 0),
+        "proven": stats.proven,
         "generated": getattr(g, "generated", 0), "generations_reused": getattr(g, "reused", 0),
         "wall_s": round(stats.wall_s, 3), "stage_s": {k: round(v, 3) for k, v in stats.stage_s.items()},
         "stages": stats.clock.as_dict() if getattr(stats, "clock", None) is not None else {},

@@ -14,6 +14,8 @@ CONFIG_KEYS = {
     "ci": (_DEFAULT.ci_method, as_text),
     "p_adjust": (_DEFAULT.p_adjust, lambda v: None if as_text(v).lower() in ("", "none", "null") else as_text(v)),
     "policy_version": (None, lambda v: None if v is None else as_text(v)),
+    # the comparison policy (row column `policy`) the tables use; EX under every policy is shown too
+    "policy": (None, lambda v: None if v is None else as_text(v)),
     # generators to leave out: exclude_generators=[gold] (default) or exclude_generators=[] to keep all
     "exclude_generators": (list(_DEFAULT.exclude_generators), lambda v: tuple(as_list(v))),
     # pool dialects scored on a stand-in engine into the leaderboard's means (default: badged, not pooled)

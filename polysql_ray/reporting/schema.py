@@ -17,6 +17,8 @@ TABLES = {
     "ex_model_dialect": "EX per (model, dialect), pooled over datasets and instruction levels.",
     "ex_dialect": "EX per dialect, pooled over everything.",
     "ex_dataset": "EX per (dataset, model, dialect), pooled over instruction levels.",
+    "ex_policies": "EX per (model, dialect, policy) under every comparison policy of the store (the other "
+                   "tables use one policy: leaderboard.json config.policy); empty with one policy.",
     "gold_portability": "EX of the gold SQL itself per (dataset, dialect); dataset ALL = pooled. "
                         "The gold SQL's portability: a reference, not a bound (models can exceed it).",
     "drops": "EX drop from the baseline dialect per cell (unpaired).",

@@ -187,6 +187,12 @@ def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
         vals = [row[f"ex:{d}"] for d in pooled if _num(row[f"ex:{d}"])]
         row["mean_ex"] = sum(vals) / len(vals) if vals else None
         rows.append(row)
+    others = _other_policies(st)
+    under = {(r["model"], r["dialect"], r["policy"]): r["ex"] for r in getattr(st, "ex_policies", None) or []}
+    for row in rows:  # EX of the same executions under every other policy of the store
+        for p in others:
+            for d in dialects:
+                row[f"ex:{d}@{p}"] = under.get((row["model"], d, p))
     base = st.config.baseline
 
     def order(r: dict) -> tuple:
@@ -221,8 +227,12 @@ def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
                      Column(f"{d} gap (pts)" if with_ci else f"{d} gap", f"gap:{d}", "pts")]
     cols += [Column("Mean EX %", "mean_ex", "pct"),
              Column(f"Mean drop vs {base} (pts)" if with_ci else "Drop (pts)", "mean_drop", "pts")]
+    for p in others:
+        cols += [Column(f"{dialect_label(d, fake)} EX % [{p}]", f"ex:{d}@{p}", "pct") for d in dialects]
     left_out = [d for d in dialects if d not in pooled]
-    return View("leaderboard", "Leaderboard: EX % (pooled over datasets and instruction levels)",
+    primary = getattr(st, "policy", "default")
+    return View("leaderboard", "Leaderboard: EX % (pooled over datasets and instruction levels)"
+                + (f", policy {primary}" if others else ""),
                 f"EX = correct / scored questions, gold errors excluded; sorted by {base} EX. "
                 f"Drop = {base} EX minus dialect EX, in percentage points. Last row: the gold SQL "
                 f"itself on each dialect (not a model): its portability, a reference and not a bound "
@@ -234,7 +244,37 @@ def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
                    "distilled suite (a suite database where the gold itself is ambiguous is left out); gap = EX "
                    "minus suite EX over the same questions, in points; on the gold row, the suite EX ceiling."
                    if suites else "")
-                + " Where each dialect ran: see 'Engines'.",
+                + " Where each dialect ran: see 'Engines'."
+                + (f" Columns '[policy]': EX of the same executions under that comparison policy "
+                   f"(the other columns: policy {primary}); see 'EX under each policy'." if others else ""),
+                tuple(cols), tuple(rows))
+
+
+def _other_policies(st: Statistics) -> list[str]:
+    """The store's policies other than the one the tables use (``Statistics.policies``)."""
+    names = list(getattr(st, "policies", None) or [])
+    return [p for p in names if p != getattr(st, "policy", None)]
+
+
+def policies_view(st: Statistics) -> View | None:
+    """EX per (model, dialect) under each comparison policy of the store (``policies=[...]``:
+    every policy scored from the same executions), or None when the store holds one policy."""
+    names = list(getattr(st, "policies", None) or [])
+    if len(names) < 2:
+        return None
+    by: dict[tuple, dict] = defaultdict(dict)
+    for r in st.ex_policies:
+        row = by.setdefault((r["model"], r["dialect"]), {"model": r["model"], "dialect": r["dialect"]})
+        row[f"ex@{r['policy']}"] = r["ex"]
+        row[f"n@{r['policy']}"] = r["n"]
+    cols = [Column("Model", "model"), Column("Dialect", "dialect")]
+    for p in names:
+        cols += [Column(f"EX % {p}", f"ex@{p}", "pct"), Column(f"n {p}", f"n@{p}", "int")]
+    rows = sorted(by.values(), key=lambda r: (r["dialect"], r["model"]))
+    return View("policies", "EX under each policy",
+                "The same predictions and executions judged under each comparison policy "
+                "(conf/policy/: default = this project's rules; testsuite = test-suite-sql-eval's; "
+                "bird = BIRD's set(pred) == set(gold)); gold errors excluded from n.",
                 tuple(cols), tuple(rows))
 
 
@@ -505,7 +545,8 @@ def judge_views(st: Statistics) -> list[View]:
 
 def all_views(st: Statistics) -> list[View]:
     """Every view, in report order."""
-    return [leaderboard_view(st), provenance_view(st), gold_portability_view(st), drops_view(st), paired_drops_view(st),
+    return [leaderboard_view(st), *[v for v in (policies_view(st),) if v is not None],
+            provenance_view(st), gold_portability_view(st), drops_view(st), paired_drops_view(st),
             dataset_view(st), hierarchy_view(st), *pairwise_views(st), *rank_views(st),
             taxonomy_view(st), artefacts_view(st), *judge_views(st), cells_view(st)]
 

@@ -35,12 +35,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # duckdb loads where a connection is opened (driver memory during a run)
     import duckdb
 
-#: Columns that identify one question inside one evaluation cell.
-ANALYSIS_KEY = ("model", "dataset", "dialect", "instruction_level", "question_id")
-#: Columns that identify one evaluation cell (one EX value).
+#: Columns that identify one question inside one evaluation cell, under one comparison policy
+#: (``policy``: a run with ``policies=[...]`` stores one row per policy).
+ANALYSIS_KEY = ("model", "dataset", "dialect", "instruction_level", "policy", "question_id")
+#: Columns that identify one evaluation cell (one EX value) of one policy's rows (the statistics
+#: read one policy at a time: :func:`load_scores` ``policy=``; the run's EX table adds ``policy``).
 CELL = ("model", "dataset", "dialect", "instruction_level")
-#: Columns that pair the same question across dialects (kappa, McNemar).
-PAIR_KEY = ("model", "dataset", "instruction_level", "question_id")
+#: Columns that pair the same question across dialects (kappa, McNemar), within one policy.
+PAIR_KEY = ("model", "dataset", "instruction_level", "policy", "question_id")
+#: The name rows stored before the ``policy`` column existed are read under.
+LEGACY_POLICY = "default"
 
 #: Name of the deduplicated temporary table created by :func:`load_scores`.
 SCORES_TABLE = "scores"
@@ -183,6 +187,7 @@ def load_scores(
     only_generators: tuple[str, ...] = (),
     columns: tuple[str, ...] | None = None,
     files: list[Path] | None = None,
+    policy: str | None = None,
 ) -> tuple[duckdb.DuckDBPyConnection, LoadSummary]:
     """Create the deduplicated temp table ``scores`` in a DuckDB connection.
 
@@ -202,6 +207,9 @@ def load_scores(
             None loads all. A subset keeps SQL texts and errors out of memory on big stores.
         files: the part files to read, as :func:`store_files` lists them (a caller loading
             the store several times lists it once); None lists them here.
+        policy: keep only rows scored under the comparison policy of this name (column
+            ``policy``; rows stored without it count as :data:`LEGACY_POLICY`); None keeps
+            every policy (deduplicated per policy: :data:`ANALYSIS_KEY`).
 
     Returns:
         ``(con, summary)``. Table ``scores`` has all store columns plus
@@ -226,16 +234,22 @@ def load_scores(
         conds.append(f"coalesce(generator, '') IN {sql_list(only_generators)}")
     if cell_keys is not None:
         conds.append(f"cell_key IN {sql_list(sorted(set(cell_keys)))}")
-    where = ("WHERE " + " AND ".join(conds)) if conds else ""
     source = _raw_source(con, loc, files)
-    # additive columns (suite EX) may be absent from every file of an older store: select
-    # only what the files hold, then add the rest as NULL columns (same names, same types)
+    # the policy column is additive: a store written before it reads every row as the default's
     present = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
-    select = "*"
+    named = "policy" in present
+    policy_expr = f"coalesce(policy, '{LEGACY_POLICY}')" if named else f"'{LEGACY_POLICY}'"
+    if policy is not None:
+        conds.append(f"{policy_expr} = " + sql_list([policy])[1:-1])
+    where = ("WHERE " + " AND ".join(conds)) if conds else ""
+    # additive columns (suite EX, policy) may be absent from every file of an older store: select
+    # only what the files hold, then add the rest as NULL columns (same names, same types)
+    select = f"* REPLACE ({policy_expr} AS policy)" if named else f"*, {policy_expr} AS policy"
     if columns is not None:
         need = dict.fromkeys((*ANALYSIS_KEY, "key", "scored_at", "verdict", "reason", "pred_status",
                               "policy_version", *columns, "filename"))
-        select = ", ".join(f'"{c}"' for c in need if c in present or c == "filename")
+        select = ", ".join(f"{policy_expr} AS policy" if c == "policy" else f'"{c}"' for c in need
+                           if c in present or c in ("filename", "policy"))
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE raw_scores AS "
         f"SELECT {select} FROM {source} {where}"

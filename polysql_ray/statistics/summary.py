@@ -8,7 +8,7 @@ from .agreement import difficulty_hierarchy, holm_adjust, pairwise_dialects
 from .artefacts import format_artefacts
 from .provenance import engine_provenance, judge_provenance
 from .ex import drop_from_baseline, ex_table, paired_drop
-from .load import CELL, DEFAULT_COUNTING, CountingPolicy, LoadSummary, load_scores
+from .load import CELL, DEFAULT_COUNTING, SCORES_TABLE, CountingPolicy, LoadSummary, load_scores
 from .ranking import ALL, model_ranks, rank_instability, rank_intervals
 from .taxonomy import error_taxonomy, judge_taxonomy
 
@@ -28,6 +28,9 @@ class StatsConfig:
             a model and would bias pooled kappa/McNemar and the rankings.
         include_standins: dialects scored on a stand-in engine (``provenance``) count in the
             leaderboard's pooled means; default False: they are shown, badged, but not pooled.
+        policy: the comparison policy (row column ``policy``) every table is computed under;
+            None: ``default`` when the store holds it, else the first name in order. EX under
+            every policy of the store is ``Statistics.ex_policies``.
     """
 
     baseline: str = "sqlite"
@@ -38,6 +41,7 @@ class StatsConfig:
     exclude_generators: tuple[str, ...] = ("gold",)
     counting: CountingPolicy = DEFAULT_COUNTING
     include_standins: bool = False
+    policy: str | None = None
 
 
 @dataclass
@@ -79,6 +83,10 @@ class Statistics:
         native_gold_agreement: per (dataset, dialect) the share of independently written native
             gold the evaluator calls correct (``jobs.fidelity step=native``;
             :func:`polysql_ray.statistics.native_gold.read_agreement`); empty until it has run.
+        policy: the comparison policy the other tables are computed under (``StatsConfig.policy``).
+        policies: every policy name in the store, ``policy`` first.
+        ex_policies: EX per (model, dialect, policy), pooled over datasets and levels, for every
+            policy of the store (rows of each scored from the same executions: ``policies=[...]``).
     """
 
     load: LoadSummary
@@ -105,10 +113,13 @@ class Statistics:
     judges: list[dict] = field(default_factory=list)
     format_artefacts: list[dict] = field(default_factory=list)
     native_gold_agreement: list[dict] = field(default_factory=list)
+    policy: str = "default"
+    policies: list[str] = field(default_factory=list)
+    ex_policies: list[dict] = field(default_factory=list)
 
     def tables(self) -> dict[str, list[dict]]:
         """The tables by name (everything except ``load`` and ``config``)."""
-        return {k: v for k, v in vars(self).items() if k not in ("load", "config")}
+        return {k: v for k, v in vars(self).items() if k not in ("load", "config", "policy", "policies")}
 
     def meta(self) -> dict:
         """``load`` and ``config`` as plain dicts."""
@@ -127,13 +138,26 @@ def compute_statistics(results_dir: str | Path, config: StatsConfig = StatsConfi
     Raises:
         FileNotFoundError: no Parquet file under ``<results_dir>/scores``.
     """
+    from dataclasses import replace as _replace
+
+    con, _ = load_scores(results_dir, policy_version=config.policy_version,
+                         exclude_generators=config.exclude_generators, counting=config.counting)
+    try:
+        names = [r[0] for r in con.execute(f"SELECT DISTINCT policy FROM {SCORES_TABLE} ORDER BY 1").fetchall()]
+        ex_policies = ex_table(con, ("model", "dialect", "policy"), config.alpha, config.ci_method) \
+            if len(names) > 1 else []
+    finally:
+        con.close()
+    primary = config.policy or ("default" if "default" in names or not names else names[0])
+    config = _replace(config, policy=primary)
     con, load = load_scores(results_dir, policy_version=config.policy_version,
                             exclude_generators=config.exclude_generators,
-                            counting=config.counting)
+                            counting=config.counting, policy=primary)
     try:
         a, m = config.alpha, config.ci_method
         scope = ("dataset", "instruction_level")  # pooled rows get "ALL" for both
-        st = Statistics(load=load, config=config)
+        st = Statistics(load=load, config=config, policy=primary,
+                        policies=[primary] + [n for n in names if n != primary], ex_policies=ex_policies)
         st.ex_cells = ex_table(con, CELL, a, m)
         st.ex_model_dialect = ex_table(con, ("model", "dialect"), a, m)
         st.ex_dialect = ex_table(con, ("dialect",), a, m)
@@ -175,7 +199,8 @@ def gold_portability(results_dir: str | Path, config: StatsConfig = StatsConfig(
     """
     try:
         con, load = load_scores(results_dir, policy_version=config.policy_version,
-                                only_generators=("gold",), counting=config.counting)
+                                only_generators=("gold",), counting=config.counting,
+                                policy=config.policy)
     except FileNotFoundError:
         return []
     try:

@@ -19,6 +19,10 @@ Verdict vocabulary (stored verbatim):
   when it did not run; ``trail``: which layers ran and what each decided, in order
   (``structural:equivalent`` or ``structural:unknown>execution:fail``).
 * ``pred_status`` is ``skipped`` when a structural proof made executing the prediction moot.
+* ``policy``: the name of the comparison policy (``default``, ``testsuite``, ``bird`` ...) the
+  row was scored under; one row per policy of ``policies=[...]`` (its fingerprint is in the
+  key). Null in rows stored before the column existed: they read as ``default``
+  (:func:`polysql_ray.statistics.load.load_scores`).
 
 Suite EX columns (additive, :data:`SUITE_COLUMNS`; null when ``suite.enabled`` is false or the
 question's database has no suite; a store written before them still reads, :func:`conform`):
@@ -82,6 +86,8 @@ SCORE_SCHEMA = pa.schema(
         ("suite_reason", pa.string()),
         ("suite_flags", pa.string()),
         ("suite_dbs", pa.int64()),
+        # additive (older parts lack it; read through conform()): the comparison policy's name
+        ("policy", pa.string()),
     ]
 )
 
