@@ -117,6 +117,10 @@ ERRNO_STATUS: dict[int, ExecStatus] = {
 #: Client error numbers meaning "this connection is dead": drop it and retry once.
 LOST_CONNECTION_ERRNOS: frozenset[int] = frozenset({0, 2006, 2013, 2055, 1927})
 
+#: Server error numbers that refuse a login (the server answered: it is up; :meth:`MySQLEngine.ping`):
+#: ER_DBACCESS_DENIED_ERROR, ER_ACCESS_DENIED_ERROR, ER_BAD_DB_ERROR, ER_ACCESS_DENIED_NO_PASSWORD_ERROR.
+LOGIN_REFUSED_ERRNOS: frozenset[int] = frozenset({1044, 1045, 1049, 1698})
+
 #: Functions refused before execution (lower case; see module docstring).
 DENIED_FUNCTIONS: frozenset[str] = frozenset({"load_file", "sys_exec", "sys_eval"})
 
@@ -295,6 +299,8 @@ class MySQLEngine(ServerEngine):
         self.pool: ConnectionPool = ConnectionPool(self._open, lambda c: c.raw.close(),
                                                    settings.pool_size)
         self.queries = 0
+        #: the copy whose reader account the health probe logs in as (:meth:`ping`)
+        self._probe_db: str | None = None
 
     def __repr__(self) -> str:
         s = self.settings
@@ -306,6 +312,7 @@ class MySQLEngine(ServerEngine):
                           user=copy_account(self.settings.user, database))
         conn = _Conn(raw, server_flavour(raw))
         conn.db = database
+        self._probe_db = database
         return conn
 
     def _session(self, conn: _Conn, limits: Limits) -> tuple[str, list]:
@@ -465,8 +472,25 @@ class MySQLEngine(ServerEngine):
         return ExecutionResult(S.OK, rows_to_arrow(names, list(rows), types))
 
     def ping(self) -> None:
-        """``SELECT 1`` on a fresh connection, closed after (health probe)."""
-        raw = connect_raw(self.settings)
+        """``SELECT 1`` on a fresh connection, closed after (health probe).
+
+        Logs in as the reader account of the last copy this engine opened a connection to
+        (:attr:`_probe_db`; the configured ``user`` before any): reader accounts exist per copy
+        only (:func:`copy_account`), so the bare ``user`` is refused by every server, and a
+        probe logging in as it failed forever (an outage never ended, a timeout always became
+        ``unavailable``). A login the server refuses (:data:`LOGIN_REFUSED_ERRNOS`: a copy
+        dropped since) is still the server answering: it counts as healthy. Raises
+        PyMySQL's ``OperationalError`` when the server cannot be reached or drops the
+        connection."""
+        import pymysql
+
+        db = self._probe_db
+        try:
+            raw = connect_raw(self.settings, user=None if db is None else copy_account(self.settings.user, db))
+        except pymysql.err.OperationalError as e:
+            if _errno(e) in LOGIN_REFUSED_ERRNOS:
+                return
+            raise
         try:
             with raw.cursor() as cur:
                 cur.execute("SELECT 1")
