@@ -10,7 +10,8 @@ that schema (``pg_catalog`` stays implicitly first, as always in PostgreSQL), so
 names resolve too. One bounded pool serves every database: a connection belongs to one
 database, and the pool closes the oldest idle connection of another database before opening
 one past ``pool_size`` (``ConnectionPool.acquire(key)``), so 20 Spider databases never take
-more than ``pool_size`` connections per engine.
+more than ``pool_size`` connections per engine (why this is our pool and not
+``psycopg_pool``, which serves one database per pool: :mod:`polysql_ray.engines.servers`).
 
 Sandbox (README "Untrusted SQL"), all enforced by the server, not by us:
 

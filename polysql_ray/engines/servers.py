@@ -11,6 +11,22 @@ and the server replication loaders:
 * :class:`ConnectionPool` - a bounded, thread-safe pool of reusable connections with counters
   (opened / reused / discarded) that the benchmark reports. A connection that the caller marks
   broken is closed and replaced by a fresh one on the next ``acquire``.
+
+  Why our own pool and not ``psycopg_pool`` (issue 25, "libraries where they serve"; psycopg
+  docs, "psycopg_pool - Connection pool implementations"): a ``psycopg_pool.ConnectionPool``
+  serves one ``conninfo``, i.e. one database, while a PostgreSQL replica is one *database* per
+  copy and one engine serves all of them (a Spider sweep: 166 databases). One psycopg pool per
+  database cannot keep the bound this pool keeps (``size`` connections per engine across every
+  database, the oldest idle connection of another database closed first): 20 databases x
+  ``pool_size`` would open 80 connections per actor against the server's ``max_connections``.
+  Building that bound around many psycopg pools would be this class again plus one background
+  scheduler thread per pool (``psycopg_pool`` refills ``min_size`` connections and checks
+  ``max_idle``/``max_lifetime`` in worker threads) in every Ray actor. The same class serves
+  MySQL/MariaDB (pymysql) and Snowflake, where ``psycopg_pool`` does not apply, and its
+  counters are what the benchmark and tests read. The per-statement sandbox (``BEGIN READ
+  ONLY``, ``SET LOCAL statement_timeout``, the per-copy reader role, ``ROLLBACK`` +
+  ``DISCARD ALL`` after each statement) lives in the engines, not in the pool, so it would
+  not change with either pool.
 * :func:`replica_name` - the one naming rule for replicated databases: ``pq_<dataset>_<db_id>``
   (a MySQL database, a PostgreSQL schema).
 
