@@ -24,9 +24,10 @@ def ray_session():
 
     from polysql_ray.pipeline.cluster import start_ray
 
-    # a loaded machine can miss Ray's fixed startup waits: start_ray starts the cluster again
+    # a loaded machine can miss Ray's fixed startup waits: start_ray starts the cluster again, and
+    # a lean head (as a run's) starts fewer processes beside the node's agents
     if not ray.is_initialized():
-        start_ray(address="local", num_cpus=2, resources={"polysql_test_node": 1},
+        start_ray(lean_head=True, address="local", num_cpus=2, resources={"polysql_test_node": 1},
                   include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()

@@ -60,14 +60,8 @@ def init_ray(cfg: dict) -> bool:
     if ray.is_initialized():
         return False
     kwargs = ray_init_kwargs(cfg)
-    lean = kwargs["address"] == "local" and bool((cfg.get("ray") or {}).get("lean_head", True))
-    restore = _lean_head(log_monitor=kwargs["log_to_driver"], api_server=kwargs["include_dashboard"]) \
-        if lean else None
-    try:
-        start_ray(**kwargs)
-    finally:
-        if restore:
-            restore()
+    start_ray(lean_head=kwargs["address"] == "local" and bool((cfg.get("ray") or {}).get("lean_head", True)),
+              **kwargs)
     if kwargs["address"] == "local":
         _start_reaper()
         return True
@@ -80,8 +74,10 @@ START_ATTEMPTS = 5
 STARTUP_TIMED_OUT = "timed out during startup"
 
 
-def start_ray(**kwargs: Any) -> None:
-    """``ray.init(**kwargs)``, retried when a new local node misses Ray's fixed startup waits.
+def start_ray(lean_head: bool = False, **kwargs: Any) -> None:
+    """``ray.init(**kwargs)``, retried when a new local node misses Ray's fixed startup waits;
+    with ``lean_head``, a head without the processes :func:`_lean_head` leaves out (fewer
+    Python processes start beside the node's agents, so they are up sooner).
 
     Ray gives a new node 30 s to register with its GCS (``ray/_private/node.py``; the
     ``raylet_start_wait_time_s`` setting is not read there), and its raylet a fixed time to see
@@ -91,6 +87,17 @@ def start_ray(**kwargs: Any) -> None:
     the attempt started, from ``/proc``) and the cluster started again, :data:`START_ATTEMPTS`
     times in all; the last attempt's failure is raised after the same clean-up. Any other error
     is raised at once."""
+    restore = _lean_head(log_monitor=bool(kwargs.get("log_to_driver", True)),
+                         api_server=bool(kwargs.get("include_dashboard"))) if lean_head else None
+    try:
+        _start_attempts(kwargs)
+    finally:
+        if restore:
+            restore()
+
+
+def _start_attempts(kwargs: dict[str, Any]) -> None:
+    """The attempts of :func:`start_ray`."""
     for attempt in range(1, START_ATTEMPTS + 1):
         before = _descendants()
         try:
