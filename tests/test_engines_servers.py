@@ -103,7 +103,7 @@ def test_row_cap_and_errors(engine, replicas):
     assert engine.execute(loc, "SELECT * FROM no_such_table", LIM).status is S.SCHEMA
     assert engine.execute(loc, "SELECT no_such_col FROM singer", LIM).status is S.SCHEMA
     assert engine.execute("pq_no_such_replica", "SELECT 1", LIM).status is S.UNAVAILABLE
-    # the server answered the probe that followed (MariaDB: as a copy's account, not the bare reader)
+    # the server answered the probe that followed (MariaDB: not as the bare reader, which no server has)
     assert engine.health == "healthy" and engine.probes > 0
     assert engine.execute(loc, "  ;; ", LIM).status is S.EMPTY
     ok = engine.execute(loc, "SELECT 1;  -- trailing", LIM)
