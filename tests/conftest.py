@@ -2,7 +2,18 @@
 POLYSQL_REQUIRE_SERVERS=1) and shared-data paths live in ``conftest_servers.py``."""
 from __future__ import annotations
 
+import os
+
 import pytest
+
+#: Ray's configurable startup timeouts, raised for every cluster the tests start (this process's
+#: and the CLIs' it runs; ``RAY_<setting>`` is read by each Ray process, ray_config_def.h): on a
+#: loaded machine a worker or agent process may take minutes to start, and past
+#: ``worker_register_timeout_seconds`` (60) the raylet kills the worker, past
+#: ``agent_register_timeout_ms`` (30 s) the raylet exits. The fixed waits are retried
+#: (:func:`polysql_ray.pipeline.cluster.start_ray`).
+for _name, _value in (("RAY_worker_register_timeout_seconds", "600"), ("RAY_agent_register_timeout_ms", "600000")):
+    os.environ.setdefault(_name, _value)
 
 
 @pytest.fixture(scope="session")
@@ -11,19 +22,13 @@ def ray_session():
     unit of the custom resource ``polysql_test_node`` for the placement tests)."""
     import ray
 
-    # Ray gives its raylet a fixed 30 s to register (ray/_private/node.py); a loaded machine can
-    # take longer, so that one startup failure is retried (a bound on a condition, not a timing)
-    for attempt in range(5):
-        if ray.is_initialized():
-            break
-        try:
-            ray.init(address="local", num_cpus=2, resources={"polysql_test_node": 1},
-                     include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
-        except Exception as exc:  # noqa: BLE001 — only Ray's startup timeout is retried
-            ray.shutdown()
-            if "timed out during startup" not in str(exc) or attempt == 4:
-                raise
+    from polysql_ray.pipeline.cluster import start_ray
+
+    # a loaded machine can miss Ray's fixed startup waits: start_ray starts the cluster again, and
+    # a lean head (as a run's) starts fewer processes beside the node's agents
+    if not ray.is_initialized():
+        start_ray(lean_head=True, address="local", num_cpus=2, resources={"polysql_test_node": 1},
+                  include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
 

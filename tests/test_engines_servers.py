@@ -103,6 +103,8 @@ def test_row_cap_and_errors(engine, replicas):
     assert engine.execute(loc, "SELECT * FROM no_such_table", LIM).status is S.SCHEMA
     assert engine.execute(loc, "SELECT no_such_col FROM singer", LIM).status is S.SCHEMA
     assert engine.execute("pq_no_such_replica", "SELECT 1", LIM).status is S.UNAVAILABLE
+    # the server answered the probe that followed (MariaDB: not as the bare reader, which no server has)
+    assert engine.health == "healthy" and engine.probes > 0
     assert engine.execute(loc, "  ;; ", LIM).status is S.EMPTY
     ok = engine.execute(loc, "SELECT 1;  -- trailing", LIM)
     assert ok.status is S.OK and ok.table.column(0).to_pylist() == [1]
@@ -116,6 +118,7 @@ def test_hostile_sql_is_contained(engine, replicas):
     for sql, expected in HOSTILE["common"] + HOSTILE[engine.name]:
         r = engine.execute(rep.location, sql, SHORT if S.TIMEOUT in expected else LIM)
         assert r.status in expected, (sql, r.status, r.error)
+    assert engine.health == "healthy"  # every timeout was followed by a probe the server answered
     assert writer.fingerprint(rep.location) == before
     assert writer.checksums(rep.location, rep.manifest.tables) == rep.manifest.checksums
     # the engine still works after all that

@@ -31,6 +31,12 @@ class ExecutionActor:
         retry_s: for engines whose ``UNAVAILABLE`` is transient (servers: connection refused,
             lost, restarting), how long one outage is retried with exponential backoff before
             the statement is returned ``UNAVAILABLE`` (stored as ``unavailable``, not a verdict).
+            It is the one budget of an outage: such an engine's own health gate
+            (:class:`polysql_ray.engines.servers.ServerEngine`, ``health_wait_s``) is set to
+            probe once per statement and not to wait, so the outage ends at the first statement
+            after the server answers a probe again, and a run with ``retry_s=1`` never waits the
+            gate's 120 s (the two budgets once disagreed: a server down for good held the first
+            statement ``health_wait_s`` whatever ``pipeline.unavailable_retry_s`` said).
 
     Fault injection (tests only): ``settings["_fault_exit_on"] = SQL`` makes the actor's
     process exit abruptly when asked to run exactly that text, as an engine crash would;
@@ -62,6 +68,9 @@ class ExecutionActor:
         self._points = FaultPoints(folder) if folder else None
         self._recipes = settings.pop("_replica_recipes", None) or {}
         in_child = settings.pop("child_process", getattr(engine_class(engine), "child_process", False))
+        retries = float(retry_s) if getattr(engine_class(engine), "transient_unavailable", False) else 0.0
+        if retries > 0:  # this actor's retry is the one wait of an outage (class docstring)
+            settings["health_wait_s"] = 0.0
         self._ready: set[str] = set()  # replica locations found or rebuilt on this node
         if in_child:
             from polysql_ray.engines.child import ChildEngine
@@ -70,7 +79,7 @@ class ExecutionActor:
         else:
             self.engine = make_engine(engine, **settings)
         self.limits = Limits(**limits)
-        self.retry_s = float(retry_s) if getattr(self.engine, "transient_unavailable", False) else 0.0
+        self.retry_s = retries
         self._outage_since: float | None = None
         self.retries = 0  # executions repeated because the server was unavailable
 

@@ -60,18 +60,93 @@ def init_ray(cfg: dict) -> bool:
     if ray.is_initialized():
         return False
     kwargs = ray_init_kwargs(cfg)
-    lean = kwargs["address"] == "local" and bool((cfg.get("ray") or {}).get("lean_head", True))
-    restore = _lean_head(log_monitor=kwargs["log_to_driver"], api_server=kwargs["include_dashboard"]) \
-        if lean else None
-    try:
-        ray.init(**kwargs)
-    finally:
-        if restore:
-            restore()
+    start_ray(lean_head=kwargs["address"] == "local" and bool((cfg.get("ray") or {}).get("lean_head", True)),
+              **kwargs)
     if kwargs["address"] == "local":
         _start_reaper()
         return True
     return False
+
+
+#: Attempts at starting a local cluster whose node misses Ray's startup waits (:func:`start_ray`).
+START_ATTEMPTS = 5
+#: How Ray says that its new node missed them (``ray/_private/node.py``), the only error retried.
+STARTUP_TIMED_OUT = "timed out during startup"
+
+
+def start_ray(lean_head: bool = False, **kwargs: Any) -> None:
+    """``ray.init(**kwargs)``, retried when a new local node misses Ray's fixed startup waits;
+    with ``lean_head``, a head without the processes :func:`_lean_head` leaves out (fewer
+    Python processes start beside the node's agents, so they are up sooner).
+
+    Ray gives a new node 30 s to register with its GCS (``ray/_private/node.py``; the
+    ``raylet_start_wait_time_s`` setting is not read there), and its raylet a fixed time to see
+    its agents' port files (ray-project/ray#65983); a loaded machine can miss either. Such a
+    failure (:data:`STARTUP_TIMED_OUT` in the error) leaves the attempt's processes running
+    (``ray.shutdown`` does not know them): they are killed (this process's descendants that
+    the attempt started, from ``/proc``) and the cluster started again, :data:`START_ATTEMPTS`
+    times in all; the last attempt's failure is raised after the same clean-up. Any other error
+    is raised at once."""
+    restore = _lean_head(log_monitor=bool(kwargs.get("log_to_driver", True)),
+                         api_server=bool(kwargs.get("include_dashboard"))) if lean_head else None
+    try:
+        _start_attempts(kwargs)
+    finally:
+        if restore:
+            restore()
+
+
+def _start_attempts(kwargs: dict[str, Any]) -> None:
+    """The attempts of :func:`start_ray`."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        before = _descendants()
+        try:
+            ray.init(**kwargs)
+            return
+        except Exception as exc:
+            ray.shutdown()
+            if STARTUP_TIMED_OUT not in str(exc):
+                raise
+            _kill_new(before)
+            if attempt == START_ATTEMPTS:
+                raise
+            logging.getLogger(__name__).warning("Ray startup timed out (attempt %d of %d); starting again",
+                                                attempt, START_ATTEMPTS)
+
+
+def _descendants() -> dict[int, str]:
+    """``{pid: start time}`` of this process's descendants (``/proc``; empty without it)."""
+    from pathlib import Path
+
+    parent: dict[int, list[tuple[int, str]]] = {}
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            f = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parent.setdefault(int(f[1]), []).append((int(d.name), f[19]))
+    out: dict[int, str] = {}
+    todo = [os.getpid()]
+    while todo:
+        for pid, t0 in parent.get(todo.pop(), []):
+            if pid not in out:
+                out[pid] = t0
+                todo.append(pid)
+    return out
+
+
+def _kill_new(before: dict[int, str]) -> None:
+    """SIGKILL this process's descendants that are not in ``before`` (same pid and start time),
+    and reap those that are its own children (no zombie is left)."""
+    import signal
+
+    for pid, t0 in _descendants().items():
+        if before.get(pid) != t0:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:  # gone already, or not our child (its parent reaps it)
+                pass
 
 
 def _lean_head(log_monitor: bool, api_server: bool = False):
