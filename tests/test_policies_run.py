@@ -4,6 +4,8 @@ name in the row, its fingerprint in the key), and the EX table shows each; addin
 results folder scores only that policy; BIRD's rule is the named policy ``bird``."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import pyarrow as pa
 import pytest
@@ -53,7 +55,12 @@ def test_three_policies_from_one_set_of_executions(ray_session, tmp_path):
     total = sum(stats.exec_unique.values())
     assert unique["bird"] == unique["default"]
     assert unique["default"] < total < unique["default"] + unique["testsuite"]
-    assert total == unique["default"] + 4
+    # the texts testsuite adds are its DISTINCT-stripped ones: at most one per DISTINCT-bearing
+    # SQL line of the quickstart (gold and both models) on each of the two engines
+    data = Path(__file__).parents[1] / "polysql_ray/quickstart/data"
+    bearing = sum(line.lower().count("distinct") > 0 for f in ("questions", "rewritten", "flawed")
+                  for line in (data / f"{f}.jsonl").read_text().splitlines())
+    assert 0 < total - unique["default"] <= 2 * bearing
     # the policies do judge differently (else the test could not fail)
     differ = {k[1:] for k in three if k[0] == "default" and three[k] != three[("bird", *k[1:])]}
     assert differ
