@@ -281,6 +281,15 @@ class VLLMGenerator:
             opts["num_cpus"] = self.cpus_per_actor
         return opts
 
+    def ray_cpus(self) -> float:
+        """CPUs Ray holds for the pool's lifetime (:func:`polysql_ray.pipeline.cluster.check_fits`):
+        ``num_actors`` x ``cpus_per_actor``; unset, 1 per actor, Ray's rule for an actor that
+        names a resource (``num_gpus``, even 0: Ray's ``DEFAULT_ACTOR_CREATION_CPU_SPECIFIED``).
+        0 in-process (``use_ray: false``)."""
+        if not self.use_ray:
+            return 0.0
+        return self.num_actors * (1.0 if self.cpus_per_actor is None else float(self.cpus_per_actor))
+
     def _unavailable(self, step: str, exc: BaseException) -> GeneratorUnavailable:
         self.close()
         return GeneratorUnavailable(
