@@ -154,7 +154,7 @@ def run_sweep(args, actors: int, workdir: Path) -> Row:
     stage = next(v for k, v in summary["stages"].items() if k.startswith("generate["))
     n, pt, ot = duckdb.connect().sql(
         f"SELECT count(*), sum(prompt_tokens), sum(completion_tokens) FROM read_parquet('{out}/generations/**/*.parquet') "
-        "WHERE status <> 'error'").fetchone()
+        "WHERE status <> 'error'").fetchall()[0]
     return {"name": f"(b2) sweep, {actors} actor(s)", "engines": actors, "prompts": n, "prompt_tokens": int(pt),
             "output_tokens": int(ot), "wall_s": stage["last_end_s"] - stage["first_start_s"] - ready,
             "note": f"engine start {ready:.1f}s excluded; execution+scoring ran alongside"}
@@ -163,12 +163,17 @@ def run_sweep(args, actors: int, workdir: Path) -> Row:
 def child_raydata(args, cells: list[list]) -> Row:
     """(c): a ``ray.data.llm`` processor (``build_processor``; ``build_llm_processor`` in older
     Ray) over all prompts: chat template, tokenize, vLLM, detokenize stages. On CPU the engine
-    stage asks for a CPU bundle instead of its default GPU one."""
+    stage asks for a CPU bundle instead of its default GPU one, and the cluster declares at
+    least 8 logical CPUs (each stage actor takes 1)."""
     import ray
     import ray.data.llm as rdl
 
     build = getattr(rdl, "build_processor", None) or getattr(rdl, "build_llm_processor")
-    ray.init(include_dashboard=False, log_to_driver=False)
+    # the processor runs 4 actor stages (chat template, tokenize, vLLM, detokenize) plus its map
+    # tasks, each asking for 1 CPU: on a 2-core node they wait on each other forever (seen here:
+    # the engine stage "pending" behind the chat-template and tokenizer actors), so the cluster
+    # declares at least 8 logical CPUs; the stages other than the engine are light
+    ray.init(include_dashboard=False, log_to_driver=False, num_cpus=max(8, os.cpu_count() or 1))
     kw = _engine_kw(args)
     model = kw.pop("model")
     kw.pop("seed", None)

@@ -322,7 +322,7 @@ class VLLMGenerator:
         self.close()
         return GeneratorUnavailable(
             f"vllm generator {self.model} ({self.model_id}): {step}: {_cause_line(exc)}; infrastructure, "
-            "not the model's answer: nothing was stored for the unfinished cells; rerun to generate them "
+            "not the model's answer: nothing of the unfinished batches was stored; rerun to generate them "
             "(generations and scores stored so far are kept)")
 
     def start(self) -> None:
