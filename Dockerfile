@@ -27,8 +27,9 @@ COPY jobs ./jobs
 COPY conf ./conf
 
 # `cluster` adds ray[default] (dashboard, job server, the agent the probes ask); `engines` every
-# engine driver (clickhouse, snowflake, bigquery; postgres/mysql are core); add `gpu` for vLLM
-ARG EXTRAS=cluster,engines
+# engine driver (clickhouse, snowflake, bigquery; postgres/mysql are core); `openai` the SDK of the
+# OpenAI-compatible generator and judge; add `gpu` for vLLM
+ARG EXTRAS=cluster,engines,openai
 RUN pip install --no-cache-dir -e ".[${EXTRAS}]"
 
 USER 1000

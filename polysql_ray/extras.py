@@ -7,7 +7,8 @@ called by the driver before any work), so ``dialects=[clickhouse]`` without the 
 one line naming the extra, once, instead of one failure per database.
 
 The results store needs no extra: its object-store path (``s3://``) is ``pyarrow.fs``, a core
-dependency; the ``openai`` generator uses the standard library.
+dependency. The ``openai`` generator (and the judge when it is an OpenAI-compatible endpoint)
+needs the ``openai`` SDK, extra ``openai``.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ EXTRA_OF: dict[str, str] = {
     "transformers": "hf",
     "torch": "hf",
     "vllm": "gpu",
+    "openai": "openai",
 }
 
 #: What each optional part of a run imports: (kind, name) -> modules. ``engine clickhouse+host``
@@ -36,6 +38,7 @@ NEEDS: dict[tuple[str, str], tuple[str, ...]] = {
     ("engine", "bigquery"): ("google.cloud.bigquery",),
     ("generator", "hf"): ("transformers", "torch"),
     ("generator", "vllm"): ("vllm",),
+    ("generator", "openai"): ("openai",),
 }
 
 

@@ -8,7 +8,22 @@ grammar, so a job line reads like a sweep line::
     python -m jobs.replicate source_dir=../shared/data/spider/database target=duckdb out=replicas
 
 :func:`run_job` turns every user error (bad argument, missing results store, bad dataset ...)
-into one line ``<job>: error: <what to fix>`` on stderr and exit code 2.
+into one line ``<job>: error: <what to fix>`` on stderr and exit code 2; ``--help`` / ``-h``
+prints the job's module docstring (its usage and keys) on stdout, exit code 0.
+
+Why this module and not ``@hydra.main`` per job (issue 25 item 7 asks to judge it): the
+*syntax* already is Hydra's (``OverridesParser``, the grammar of ``python -m polysql_ray``), and
+a job that needs the project configuration composes it with Hydra's compose API
+(:func:`polysql_ray.config.compose`: ``jobs.judge judge=MODEL judge.KEY=...`` picks a
+``conf/model/`` entry, ``jobs.portability`` takes the main CLI's overrides). What a Hydra app
+would add does not serve a job: an ``outputs/<date>/<time>/.hydra`` folder per invocation
+(a leaderboard or a stats print writes where ``out=`` / ``json=`` say, nothing else), Hydra's
+logging setup replacing the rich console output, multirun (``-m``) over jobs whose one output
+folder would be overwritten by each run, Hydra's own multi-line errors (the main CLI needs a
+wrapper to fold them into one line), a ``conf/job/*.yaml`` per job repeating the defaults that
+:func:`polysql_ray.reporting.cli.config_defaults` already reads from ``conf/config.yaml``, and a
+``main`` that reads ``sys.argv`` instead of taking the arguments, which the tests and
+``jobs.suites`` / ``jobs.fidelity`` call in-process. The invocations are the same either way.
 """
 from __future__ import annotations
 
@@ -17,6 +32,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 #: Placeholder default of a required key.
 REQUIRED = object()
+
+#: Arguments that ask a job for its help text instead of running it.
+HELP_FLAGS = ("-h", "--help", "help")
 
 
 class UsageError(ValueError):
@@ -60,7 +78,7 @@ def parse_overrides(argv: Sequence[str], keys: Mapping[str, object], prog: str) 
     from hydra.errors import OverrideParseException
 
     usage = usage_line(prog, keys)
-    if any(a in ("-h", "--help", "help") for a in argv):
+    if any(a in HELP_FLAGS for a in argv):
         raise UsageError(usage)
     try:
         overrides = OverridesParser.create().parse_overrides(list(argv))
@@ -117,9 +135,21 @@ def user_error_line(exc: BaseException) -> str | None:
         return None
 
 
+def help_text(prog: str, main: Callable) -> str:
+    """The help of a job: its module docstring (usage, keys, what it writes)."""
+    import inspect
+
+    doc = inspect.getdoc(sys.modules.get(main.__module__)) or ""
+    return doc or f"usage: python -m {prog} [key=value ...]"
+
+
 def run_job(prog: str, main: Callable[[list[str]], int], argv: Sequence[str] | None = None) -> int:
-    """Run ``main(argv)``; a user error prints ``<prog>: error: ...`` and returns 2."""
+    """Run ``main(argv)``; a user error prints ``<prog>: error: ...`` and returns 2;
+    ``-h`` / ``--help`` / ``help`` prints :func:`help_text` and returns 0."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if any(a in HELP_FLAGS for a in args):
+        print(help_text(prog, main))
+        return 0
     try:
         return main(args)
     except KeyboardInterrupt:

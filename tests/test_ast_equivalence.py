@@ -185,13 +185,73 @@ def test_cross_dialect_outside_allowlist(gold, pred, pred_dialect):
     assert AST.check(gold, "sqlite", gold, "sqlite").equivalent
 
 
-def test_cross_dialect_postgres_needs_exact_schema_names():
+def test_cross_dialect_postgres_resolves_the_replicas_names():
+    """The prediction runs on the replica, whose PostgreSQL copy of an SQLite source stores
+    ``Orders.Id`` as ``orders.id`` (engines/identifiers.replica_name_for): unquoted names in any
+    case resolve there, the quoted source spelling does not (42P01/42703)."""
     schema = {"Orders": {"Id": "INTEGER"}}
     g = "SELECT id FROM orders WHERE id = 1"
-    assert not AST.check(g, "sqlite", g, "postgres", schema=schema).equivalent  # PG: no "orders"
-    assert AST.check(g, "sqlite", 'SELECT "Id" FROM "Orders" WHERE "Id" = 1', "postgres",
-                     schema=schema).equivalent
+    assert AST.check(g, "sqlite", g, "postgres", schema=schema).equivalent
+    assert AST.check(g, "sqlite", "SELECT ID FROM Orders WHERE Id = 1", "postgres", schema=schema).equivalent
+    for quoted in ('SELECT "Id" FROM "Orders" WHERE "Id" = 1', 'SELECT "Id" FROM orders WHERE "Id" = 1'):
+        assert not AST.check(g, "sqlite", quoted, "postgres", schema=schema).equivalent, quoted
+    # a name the copy keeps exactly (not a regular identifier) must be quoted as stored
+    spaced = {"order items": {"Qty": "INTEGER"}}
+    assert AST.check('SELECT qty FROM "order items"', "sqlite", 'SELECT qty FROM "order items"', "postgres",
+                     schema=spaced).equivalent
+    assert not AST.check('SELECT qty FROM "order items"', "sqlite", 'SELECT "Qty" FROM "order items"',
+                         "postgres", schema=spaced).equivalent
     assert AST.check(g, "sqlite", g, "postgres").reason == "schema_needed_for_identifiers"
+
+
+@pytest.mark.parametrize("literal,portable", [
+    ("10", True), ("2.5", True), ("0.001", True), ("123456789012345", True), ("1e3", True), ("0.0", True),
+    ("1e999", False), ("1e-999", False),           # PostgreSQL numeric vs SQLite REAL (inf, 0.0)
+    ("3.0000000000000001", False), ("9223372036854775808", False),  # 17 digits; beyond int64
+])
+def test_cross_dialect_literals_must_mean_the_same_number(literal, portable):
+    """``price < 1e999`` runs on SQLite (inf) and fails on PostgreSQL (22003, overflow against
+    a double): the proof needs literals both engines read as the same number."""
+    schema = {"items": {"id": "INTEGER", "price": "REAL"}}
+    sql = f"SELECT id FROM items WHERE price < {literal}"
+    res = AST.check(sql, "sqlite", sql, "postgres", schema=schema)
+    assert res.equivalent is portable, res
+    if not portable:
+        assert res.reason.startswith("literal_not_portable"), res
+    # SQLite and DuckDB both read an exponent literal as a double: 1e999 is inf on both
+    if "e" in literal and not portable:
+        assert AST.check(sql, "sqlite", sql, "duckdb", schema=schema).equivalent
+
+
+@pytest.mark.parametrize("sql,why", [
+    ("SELECT id FROM items WHERE stock", "bare_value_as_condition"),
+    ("SELECT id FROM items WHERE NOT stock", "bare_value_as_condition"),
+    ("SELECT id FROM items WHERE stock = 1 AND id", "bare_value_as_condition"),
+    ("SELECT id, (SELECT stock FROM items) FROM items", "scalar_subquery_rows"),
+    ("SELECT id AS k FROM items WHERE k > 1", "output_alias_reference"),
+    ("SELECT DISTINCT name FROM items ORDER BY id", "distinct_order_key_not_selected"),
+    ("SELECT * FROM items GROUP BY id", "star_in_aggregating_select"),
+])
+def test_cross_dialect_text_that_fails_on_postgres_is_not_proven(sql, why):
+    """Each runs on SQLite and fails on PostgreSQL (42804 argument of WHERE must be boolean,
+    21000 more than one row, 42703 alias in WHERE, 42P10 DISTINCT/ORDER BY, 42803): identical
+    text is still no proof across the pair. The same text within one dialect stays provable."""
+    schema = {"items": {"id": "INTEGER", "stock": "INTEGER", "name": "TEXT"}}
+    res = AST.check(sql, "sqlite", sql, "postgres", schema=schema)
+    assert res.decision == "unknown" and res.reason == f"not_dialect_invariant:{why}", res
+    assert AST.check(sql, "sqlite", sql, "sqlite").equivalent
+
+
+def test_cross_dialect_single_row_subquery_and_predicates_stay_provable():
+    schema = {"items": {"id": "INTEGER", "stock": "INTEGER", "name": "TEXT"}}
+    for sql in ("SELECT (SELECT max(stock) FROM items)",
+                "SELECT id FROM items WHERE stock IS NULL OR NOT (stock = 1)"):
+        assert AST.check(sql, "sqlite", sql, "postgres", schema=schema).equivalent, sql
+    for gold, pred in (("SELECT DISTINCT id FROM items ORDER BY id",  # SQLite places NULLs first
+                        "SELECT DISTINCT id FROM items ORDER BY id NULLS FIRST"),
+                       ("SELECT stock, count(*) FROM items GROUP BY stock",
+                        "SELECT stock, COUNT(*) FROM items GROUP BY stock")):
+        assert AST.check(gold, "sqlite", pred, "postgres", schema=schema).equivalent, pred
 
 
 def test_cross_dialect_end_to_end_duckdb_proof_reads_sqlite_schema(db):

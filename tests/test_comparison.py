@@ -271,7 +271,7 @@ def test_policy_yaml_mirrors_defaults_and_overrides_change_fingerprint():
     assert pol == ComparisonPolicy() and pol.fingerprint() == ComparisonPolicy().fingerprint()
     other = {"version": "cmp-x", "order": "bag", "ties": "positional", "columns": "positional",
              "distinct": "strip", "ties_at_limit": "strict", "duplicates": "set",
-             "inconclusive_flags": "[null_order]"}
+             "inconclusive_flags": "[null_order]", "decimal_rounding_min_scale": 6}
     for f in dataclasses.fields(ComparisonPolicy):
         v = getattr(pol, f.name)
         new = str(not v).lower() if isinstance(v, bool) else v * 10 + 1e-3 if isinstance(v, float) \
@@ -395,3 +395,39 @@ def test_identical_needs_same_types_values_and_no_nan():
     assert not identical(a, _retyped(a))
     nan = pa.table({"f": [float("nan")]})
     assert not identical(nan, nan)  # NaN takes the full path (its tolerance rule decides)
+
+
+# --------------------------------------------------------------- integer gold, engine-imposed DECIMAL scale
+def test_integer_gold_is_matched_exactly_by_a_float(sq, dk):
+    """An integer gold has no float noise to absorb: a float prediction must round to it within
+    abs_tol; rel_tol (1e-9 of 1e9 is 1) never lets 1000000000.0 pass for 1000000001."""
+    gold = sq("SELECT 1000000001")
+    for wrong in ("1000000000.0", "1000000002.0", "1000000001.5"):
+        r = cmp("", gold, dk(f"SELECT {wrong}::DOUBLE"))
+        assert not r.match and r.reason == "values", (wrong, r)
+    assert cmp("", gold, dk("SELECT 1000000001.0::DOUBLE")).match
+    assert cmp("", sq("SELECT 7"), dk("SELECT 7 + 1e-12")).match         # float noise below abs_tol
+    assert cmp("", gold, dk("SELECT 1000000001.0000::DECIMAL(14,4)")).match
+    # a float gold keeps the full tolerance (its own accumulation noise): 3.0000000000000004 vs 3
+    assert cmp("", sq("SELECT 0.1 * 3 * 10"), dk("SELECT 3")).match
+    assert cmp("", sq("SELECT 1000000001.0"), dk("SELECT 1000000001")).match
+    # NULLs still pair, and the ints stay in their rows
+    r = cmp("", sq("SELECT 1, 5 UNION ALL SELECT NULL, 6"), dk("SELECT 1.0::DOUBLE, 5 UNION ALL SELECT NULL, 6"))
+    assert r.match, r
+
+
+def test_engine_decimal_scale_matches_the_rounded_float(sq, dk):
+    """MySQL's div_precision_increment=4 returns AVG/quotients as DECIMAL(.,4): 3.3333 is the
+    same answer as SQLite's 3.3333333333333335 at that scale; a smaller scale (ROUND(x, 2)) or a
+    value off by one unit in the last place is another answer."""
+    gold = sq("SELECT 10 / 3.0, 2 / 3.0")
+    r = cmp("", gold, dk("SELECT 3.3333::DECIMAL(10,4), 0.6667::DECIMAL(10,4)"))
+    assert r.match, r
+    assert not cmp("", gold, dk("SELECT 3.33::DECIMAL(10,2), 0.67::DECIMAL(10,2)")).match
+    assert not cmp("", gold, dk("SELECT 3.3334::DECIMAL(10,4), 0.6667::DECIMAL(10,4)")).match
+    assert not cmp("", gold, dk("SELECT 3.3333::DECIMAL(10,4), 0.6667::DECIMAL(10,4)"),
+                   dataclasses.replace(POLICY, decimal_rounding_min_scale=None)).match
+    # a half rounds away from zero, as the engine rounds the exact quotient
+    assert cmp("", sq("SELECT 0.12345, -0.12345"), dk("SELECT 0.1235::DECIMAL(10,4), -0.1235::DECIMAL(10,4)")).match
+    with pytest.raises(ValueError, match="decimal_rounding_min_scale"):
+        ComparisonPolicy(decimal_rounding_min_scale=-1)

@@ -1,6 +1,7 @@
 """ClickHouse through chdb (a real ClickHouse in-process): replica folder + certificate, the
-connection-level sandbox (hostile SQL -> typed statuses), typed errors, join_use_nulls, the
-one-data-path-per-process design (a second process loads the same replica), Spider replicas."""
+connection-level sandbox (hostile SQL -> typed statuses), typed errors, a stock server's
+join_use_nulls=0 and a statement's own SETTINGS join_use_nulls = 1, the one-data-path-per-process
+design (a second process loads the same replica), Spider replicas."""
 from __future__ import annotations
 
 import os
@@ -81,14 +82,60 @@ def test_values_exact(engine, replica):
     assert r.ok and assr.type == pa.binary() and assr.to_pylist() == [b"\xff\x00"]
 
 
-def test_join_use_nulls_is_standard_sql(engine, replica):
-    r = run(engine, replica, 'SELECT o.oid, p."Full Name", p.Id FROM orphaned AS o LEFT JOIN '
-                             '`Parent Table` AS p ON o.pid = p.Id ORDER BY o.oid')
+LEFT_JOIN = ('SELECT o.oid, p."Full Name", p.Id FROM orphaned AS o LEFT JOIN `Parent Table` AS p '
+             'ON o.pid = p.Id ORDER BY o.oid')
+
+
+def test_stock_server_defaults_and_a_query_sets_join_use_nulls_itself(engine, replica):
+    """A stock ClickHouse (join_use_nulls=0) fills the unmatched side with defaults; the
+    ClickHouse-correct ``SETTINGS join_use_nulls = 1`` runs under readonly=1 and gives NULLs."""
+    r = run(engine, replica, LEFT_JOIN)
     assert r.ok, r.error
-    assert [tuple(x.values()) for x in r.table.to_pylist()] == [(1, "Ann", 1), (2, None, None)]
-    assert engine_fingerprint("clickhouse") == "clickhouse:join_use_nulls=1"
-    assert engine_fingerprint("clickhouse", {"join_use_nulls": 0}) != engine_fingerprint("clickhouse")
+    # the NOT NULL name gets String's default ''; the Nullable id stays NULL (its type's default)
+    assert [tuple(x.values()) for x in r.table.to_pylist()] == [(1, "Ann", 1), (2, "", None)]
+    for clause in ("SETTINGS join_use_nulls = 1", "SETTINGS join_use_nulls = true",
+                   "SETTINGS join_use_nulls = 1, transform_null_in = 0"):
+        r = run(engine, replica, f"{LEFT_JOIN} {clause}")
+        assert r.ok, (clause, r.error)
+        assert [tuple(x.values()) for x in r.table.to_pylist()] == [(1, "Ann", 1), (2, None, None)]
+    # the session value is per statement: the next statement is a stock server's again
+    assert run(engine, replica, LEFT_JOIN).table.column(1).to_pylist() == ["Ann", ""]
+    # a sandbox setting next to an allowed one is still refused by readonly=1
+    r = run(engine, replica, f"{LEFT_JOIN} SETTINGS join_use_nulls = 1, max_execution_time = 1000")
+    assert r.status is S.REJECTED and "readonly" in r.error.lower(), r.error
+    assert engine_fingerprint("clickhouse") == "clickhouse:join_use_nulls=0"
+    assert engine_fingerprint("clickhouse", {"join_use_nulls": 1}) != engine_fingerprint("clickhouse")
+    assert engine.identity()["settings"] == {"join_use_nulls": "0"}
     assert engine_fingerprint("duckdb") == ""  # engines without such settings keep their cell keys
+
+
+def test_engine_wide_join_use_nulls_still_selectable(replica):
+    e = make_engine("clickhouse", join_use_nulls=1)
+    try:
+        r = run(e, replica, LEFT_JOIN)
+        assert r.ok and r.table.column(1).to_pylist() == ["Ann", None]
+        assert e.identity()["settings"] == {"join_use_nulls": "1"}
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("sql,applied", [
+    ("SELECT 1 SETTINGS join_use_nulls = 1", {"join_use_nulls": "1"}),
+    ("SELECT 1 SETTINGS join_use_nulls = true, max_threads = 4, union_default_mode = 'DISTINCT'",
+     {"join_use_nulls": "1", "union_default_mode": "DISTINCT"}),
+    ("SELECT * FROM (SELECT 1 SETTINGS join_use_nulls = 1)", {}),   # a subquery's clause: not session-wide
+    ("SELECT 'SETTINGS join_use_nulls = 1'", {}),                     # inside a string
+    ("SELECT 1 /* SETTINGS join_use_nulls = 1 */", {}),               # inside a comment
+    ("SELECT 1 SETTINGS join_use_nulls = 2", {}),                     # not a value the setting takes
+    ("SELECT 1 SETTINGS readonly = 0, max_result_rows = 0", {}),      # sandbox settings: never applied
+])
+def test_query_settings_allowlist(sql, applied):
+    assert ch.query_settings(sql) == applied
+
+
+def test_allowlist_names_are_server_settings():
+    """Every allowlisted name is a setting of this chdb (system.settings), so none is ignored."""
+    assert ch.process_result_settings() == frozenset(ch.RESULT_SETTINGS)
 
 
 HOSTILE = [
@@ -110,6 +157,11 @@ HOSTILE = [
     ("SET readonly = 0", S.REJECTED),
     ("SELECT * FROM child SETTINGS readonly = 0", S.REJECTED),
     ("SELECT * FROM child SETTINGS max_execution_time = 1000", S.REJECTED),
+    ("SELECT * FROM child SETTINGS join_use_nulls = 1, readonly = 0", S.REJECTED),
+    ("SELECT * FROM child SETTINGS join_use_nulls = 1, max_result_rows = 0", S.REJECTED),
+    # a subquery's SETTINGS clause is ignored by ClickHouse (not applied, not refused): the limit holds
+    ("SELECT count() FROM (SELECT sum(number) FROM numbers(1e13) SETTINGS max_execution_time = 1000) "
+     "SETTINGS join_use_nulls = 1", S.TIMEOUT),
     ("SELECT 1 FORMAT JSON", S.REJECTED),
     ("SELECT count() FROM numbers(1e12) AS a, numbers(1e12) AS b", S.TIMEOUT),
     ("SELECT sum(number) FROM numbers(1e13)", S.TIMEOUT),
@@ -237,3 +289,29 @@ def test_orphaned_data_paths_are_removed(tmp_path):
     live.mkdir()
     assert ch.remove_orphaned_paths(str(tmp_path)) == [str(orphan)]
     assert not orphan.exists() and live.exists()
+
+
+def test_left_join_verdict_both_directions(tmp_path):
+    """Dual execution against a SQLite gold: on a stock ClickHouse the unmatched side is ''/0, so
+    the plain LEFT JOIN fails against the gold's NULLs; the ClickHouse-correct fix
+    ``SETTINGS join_use_nulls = 1`` passes (issue 20, item 1)."""
+    import sqlite3
+
+    from polysql_ray.comparison.equivalence import score_sql
+
+    db = tmp_path / "shop.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE customer (id INTEGER PRIMARY KEY, name TEXT NOT NULL)")
+    con.execute("CREATE TABLE orders (oid INTEGER PRIMARY KEY, cid INTEGER NOT NULL, amount INTEGER NOT NULL, "
+                "note TEXT NOT NULL)")
+    con.executemany("INSERT INTO customer VALUES (?, ?)", [(1, "Ann"), (2, "Bob"), (3, "Cid")])
+    con.executemany("INSERT INTO orders VALUES (?, ?, ?, ?)", [(10, 1, 5, "x"), (11, 3, 7, "y")])
+    con.commit()
+    con.close()
+    gold = ("SELECT c.name, o.amount, o.note FROM customer AS c LEFT JOIN orders AS o ON o.cid = c.id "
+            "ORDER BY c.id")
+    kw = dict(database=str(db), dialect="clickhouse", replicas_dir=str(tmp_path / "replicas"), dataset="ch_join")
+    plain = score_sql(gold, gold, **kw)
+    assert (plain.verdict, plain.reason) == ("fail", "values"), plain.explanation
+    fixed = score_sql(gold, gold + " SETTINGS join_use_nulls = 1", **kw)
+    assert fixed.passed, (fixed.verdict, fixed.reason, fixed.explanation)

@@ -95,15 +95,24 @@ def test_sandbox_travels_as_server_settings(engine, replica):
     r = run(engine, replica, "SELECT " + ", ".join(f"toString(getSetting('{n}'))" for n in names),
             Limits(timeout_s=3, row_cap=77, max_bytes=12345))
     assert r.ok, r.error
-    assert [c[0].as_py() for c in r.table.columns] == ["1", "3", "77", "12345", "throw", "true", "UTC"]
+    assert [c[0].as_py() for c in r.table.columns] == ["1", "3", "77", "12345", "throw", "false", "UTC"]
 
 
-def test_semantic_setting_changes_the_answer(server, replica):
-    e = make_engine("clickhouse", join_use_nulls=0, **server)
+def test_semantic_setting_changes_the_answer(engine, server, replica):
+    """A stock server's join_use_nulls=0 fills ''; the statement's own SETTINGS join_use_nulls = 1
+    travels with the request (readonly=1 still holds: a sandbox setting next to it is refused);
+    the engine-wide join_use_nulls=1 gives NULLs for every statement."""
+    sql = 'SELECT p."Full Name" FROM orphaned AS o LEFT JOIN `Parent Table` AS p ON o.pid = p.Id ORDER BY o.oid'
+    r = run(engine, replica, sql)
+    assert r.ok and r.table.column(0).to_pylist() == ["Ann", ""]  # ClickHouse's default fills ''
+    r = run(engine, replica, sql + " SETTINGS join_use_nulls = 1")
+    assert r.ok and r.table.column(0).to_pylist() == ["Ann", None], r.error
+    r = run(engine, replica, sql + " SETTINGS join_use_nulls = 1, max_result_rows = 0")
+    assert r.status is S.REJECTED, (r.status, r.error)
+    e = make_engine("clickhouse", join_use_nulls=1, **server)
     try:
-        r = run(e, replica, 'SELECT p."Full Name" FROM orphaned AS o LEFT JOIN `Parent Table` AS p '
-                            "ON o.pid = p.Id ORDER BY o.oid")
-        assert r.ok and r.table.column(0).to_pylist() == ["Ann", ""]  # ClickHouse's default fills ''
+        r = run(e, replica, sql)
+        assert r.ok and r.table.column(0).to_pylist() == ["Ann", None]
     finally:
         e.close()
 

@@ -27,6 +27,8 @@ ASKS = {
     ("engine", "bigquery"): ["dialects=[bigquery]"],
     ("generator", "hf"): ["dialects=[sqlite]", "sweep.models=[{name: tiny, generator: hf, model_id: x/y}]"],
     ("generator", "vllm"): ["dialects=[sqlite]", "sweep.models=[{name: big, generator: vllm, model_id: x/y}]"],
+    ("generator", "openai"): ["dialects=[sqlite]", "sweep.models=[{name: remote, generator: openai, model_id: x/y, "
+                                                   "base_url: 'http://127.0.0.1:9/v1'}]"],
 }
 
 

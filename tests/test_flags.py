@@ -208,8 +208,16 @@ def test_decimal_scale_flag():
     gold_sql = "SELECT avg(x) FROM t"
     gold = pa.table({"a": [1 / 3]})
     four = pa.table({"a": pa.array([__import__("decimal").Decimal("0.3333")], pa.decimal128(10, 4))})
-    v = _decide(gold_sql, gold, four)
+    v = _decide(gold_sql, gold, four)  # MySQL div_precision_increment=4: the same answer, flagged
+    assert v.verdict == "pass" and "decimal_scale" in v.flags
+    off_by_one = pa.table({"a": pa.array([__import__("decimal").Decimal("0.3334")], pa.decimal128(10, 4))})
+    assert _decide(gold_sql, gold, off_by_one).verdict == "fail"
+    two = pa.table({"a": pa.array([__import__("decimal").Decimal("0.33")], pa.decimal128(10, 2))})
+    v = _decide(gold_sql, gold, two)  # ROUND(x, 2) is another answer, below the engine's scale
     assert v.verdict == "fail" and "decimal_scale" in v.flags
+    exact = pa.table({"a": pa.array([__import__("decimal").Decimal("0.2500")], pa.decimal128(10, 4))})
+    v = _decide(gold_sql, pa.table({"a": [0.25]}), exact)
+    assert v.verdict == "pass" and "decimal_scale" not in v.flags  # rounding changed nothing
     far = pa.table({"a": pa.array([__import__("decimal").Decimal("0.5000")], pa.decimal128(10, 4))})
     assert "decimal_scale" not in _decide(gold_sql, gold, far).flags
     assert "decimal_scale" not in _decide(gold_sql, gold, pa.table({"a": [0.4]})).flags

@@ -66,3 +66,12 @@ def test_jobs_are_not_installed_as_a_top_level_package():
 
     found = find_packages(where=str(REPO), include=include)
     assert found and all(p.split(".")[0] == "polysql_ray" for p in found)
+
+
+@pytest.mark.parametrize("job", ["stats", "leaderboard", "judge", "replicate", "fidelity", "compact",
+                                 "suites", "standins", "portability"])
+def test_help_prints_the_usage_and_exits_0(job):
+    """``--help`` is a request, not an error: the job's docstring (its usage) on stdout, rc 0."""
+    proc = _job(f"jobs.{job}", "--help")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert f"python -m jobs.{job}" in proc.stdout and "Usage" in proc.stdout, proc.stdout[:500]

@@ -224,3 +224,26 @@ def test_fingerprint_changes_with_settings(server):
 def test_bad_level_raises(server, examples):
     with pytest.raises(ValueError):
         make(server.url).generate(examples, "sqlite", "31")
+
+
+def test_no_key_sends_no_authorization_even_with_openai_api_key_set(server, examples, monkeypatch):
+    """``api_key_env`` unset: no header, and the SDK's own OPENAI_API_KEY fallback is not used."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    gen = OpenAIGenerator(model="toy-model", model_id="m", base_url=server.url, api_key_env=None, retry=FAST)
+    assert gen.generate(examples[:1], "sqlite", "11")[0].status == GenStatus.OK
+    monkeypatch.delenv("POLYSQL_TEST_KEY", raising=False)
+    assert make(server.url).generate(examples[:1], "sqlite", "11")[0].status == GenStatus.OK
+    assert server.auth == [None, None]
+
+
+def test_url_credentials_never_reach_the_error(examples, caplog):
+    """A dead endpoint whose base_url carries user:password: the error names the endpoint with
+    the credentials masked (polysql_ray.redaction), in the stored error and in the log."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with caplog.at_level(logging.WARNING):
+        p = make(f"http://alice:{SECRET}@127.0.0.1:{port}/v1").generate(examples[:1], "sqlite", "11")[0]
+    assert p.status == GenStatus.ERROR and "cannot reach http://<redacted>@127.0.0.1" in p.error
+    assert SECRET not in p.error and SECRET not in caplog.text and "retry" in caplog.text

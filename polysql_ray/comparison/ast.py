@@ -55,9 +55,29 @@ integer division), ``+ - *`` (overflow: SQLite turns it into REAL, the others ra
 (case sensitivity), ``||`` (MySQL OR), CASE/CAST/functions, window functions, and every pair
 involving MySQL (case- and accent-insensitive default collations change ``=``, GROUP BY and
 DISTINCT on text). Identifiers across a case-sensitive dialect (PostgreSQL) are resolved
-through ``schema`` (exact names, as replication preserves them); without a schema such pairs
-are ``unknown``. The type guard assumes the replica is type-exact (notes section 3) and that
-text columns are TEXT/VARCHAR, not blank-padded CHAR(n) (declared CHAR(n) gives no class).
+through ``schema`` (the source's exact names); without a schema such pairs are ``unknown``.
+The type guard assumes the replica is type-exact (notes section 3) and that text columns are
+TEXT/VARCHAR, not blank-padded CHAR(n) (declared CHAR(n) gives no class).
+
+**A proof must also run.** A proven prediction is not executed, so a proof across dialects
+also establishes that the prediction's text runs on its target wherever the gold runs on its
+source (a prediction that cannot run there is not correct, whatever its structure):
+
+* the prediction's names resolve against the names the *replica* stores
+  (:func:`replica_names`, the one naming rule of replication): an SQLite source's
+  ``StockQty`` is ``stockqty`` on PostgreSQL, so ``"StockQty"`` (42703) is never proven and
+  ``stockqty`` / ``StockQty`` unquoted are;
+* numeric literals mean the same number on both engines (:func:`portable_literal`, from each
+  engine's ``double_literals``): ``1e999`` is ``inf`` in SQLite and an overflow (22003) against
+  a double in PostgreSQL;
+* no construct one engine refuses (:func:`_runs_alike`): a bare value as a condition
+  (``WHERE stock``, 42804), ``IS`` other than ``IS NULL``, a scalar subquery that may return
+  several rows (21000), an output alias outside ORDER BY (42703), a SELECT DISTINCT ordered by
+  an unselected key (42P10), ``*`` in an aggregating SELECT (42803); plus the reserved-word and
+  ungrouped-column checks.
+
+What a proof still does not cover is the *cost* of running: a prediction the target would time
+out on or refuse as too large (README, "Where the structural check pays").
 """
 from __future__ import annotations
 
@@ -233,7 +253,9 @@ class AstEquivalence:
             return StructuralResult("unknown", "schema_needed_for_identifiers")
         try:
             gold_key = self.canonical_key(gold_sql, gold_dialect, other=pred_dialect, schema=schema)
-            pred_key = self.canonical_key(pred_sql, pred_dialect, other=gold_dialect, schema=schema)
+            # the prediction runs on the replica: its names are the copy's (folded on PostgreSQL)
+            pred_key = self.canonical_key(pred_sql, pred_dialect, other=gold_dialect, schema=schema,
+                                          copied_from=gold_dialect if cross else None)
         except _Unknown as e:
             return StructuralResult("unknown", str(e))
         except RecursionError:  # a syntax tree deeper than Python's stack (a 3,000-term chain)
@@ -260,21 +282,28 @@ class AstEquivalence:
         return None
 
     def canonical_key(self, sql: str, dialect: str, other: str | None = None,
-                      schema: Mapping[str, Mapping[str, str]] | None = None) -> str:
+                      schema: Mapping[str, Mapping[str, str]] | None = None,
+                      copied_from: str | None = None) -> str:
         """Canonical structural key of one query (raises the internal ``_Unknown`` on refusal).
 
         Args:
             sql: one SQL statement.
             dialect: its sqlglot dialect.
             other: the dialect of the query it will be compared with (None or equal: same-dialect).
-            schema: see :meth:`check`.
+            schema: see :meth:`check` (the *source's* exact names).
+            copied_from: the source dialect when this query runs on a replica of the source
+                (the prediction's side): its names resolve against the names the replica stores
+                (:func:`replica_names`), not the source's. None: the schema's own dialect.
         """
         tree = self._parse(sql, dialect)
         cross = other is not None and other != dialect
         self._check_deterministic(tree, same_dialect=not cross)
         if cross:
             self._check_allowlist(tree, dialect, other, schema)
-        self._normalize_identifiers(tree, dialect, schema if cross else None)
+        names = None
+        if cross and schema is not None:
+            names = replica_names(schema, copied_from, dialect) if copied_from else _own_names(schema)
+        self._normalize_identifiers(tree, dialect, names)
         self._rename_table_aliases(tree)
         self._drop_output_aliases(tree)
         tree = self._canon(tree, dialect if not cross else None, frozenset({dialect, other or dialect}))
@@ -327,7 +356,8 @@ class AstEquivalence:
             if isinstance(node, exp.Join) and (node.args.get("kind") or "").upper() not in \
                     {"", "INNER", "LEFT", "CROSS"}:
                 raise _Unknown(f"not_dialect_invariant:join_{node.args.get('kind')}")
-            if isinstance(node, exp.Column) and node.this.quoted and rule.quoted_column_may_be_string \
+            if isinstance(node, exp.Column) and isinstance(node.this, exp.Identifier) and node.this.quoted \
+                    and rule.quoted_column_may_be_string \
                     and not _schema_has_column(schema, node.name):
                 raise _Unknown("quoted_identifier_may_be_string")
             if isinstance(node, (exp.EQ, exp.NEQ, exp.LT, exp.GT, exp.LTE, exp.GTE)):
@@ -353,19 +383,25 @@ class AstEquivalence:
                 # `FROM show` parses in SQLite and in sqlglot's DuckDB dialect, but DuckDB's own
                 # parser rejects the reserved word: the text would not run on the target.
                 raise _Unknown(f"reserved_word_in_{dialect}:{node.name.lower()}")
+            if isinstance(node, exp.Literal) and not node.is_string and \
+                    not portable_literal(node.this, dialect, other):
+                raise _Unknown(f"literal_not_portable:{node.this[:20]}")
+            why = _runs_alike(node, schema)
+            if why is not None:
+                # the text may run on one engine and fail on the other: a prediction that cannot
+                # run on its target is not correct, so such a pair is left to execution
+                raise _Unknown(f"not_dialect_invariant:{why}")
             if isinstance(node, exp.Select) and _has_ungrouped_column(node):
                 # SQLite and MySQL accept `SELECT title ... GROUP BY id` (a bare column), DuckDB
                 # and PostgreSQL reject it: the prediction would not even run on the target.
                 raise _Unknown("not_dialect_invariant:ungrouped_column")
 
     @staticmethod
-    def _normalize_identifiers(tree, dialect, schema) -> None:
+    def _normalize_identifiers(tree, dialect, names: Mapping[str, str | None] | None) -> None:
+        """Replace each identifier by its canonical form. ``names`` maps every name the database
+        the query runs on stores to the source name it stands for (None when two source names
+        share it), or is None without a schema."""
         rule = identifier_rule(dialect)
-        names = None
-        if schema is not None:
-            names = set(schema)
-            for cols in schema.values():
-                names.update(cols)
         for ident in list(tree.find_all(exp.Identifier)):
             raw, quoted = ident.this, bool(ident.args.get("quoted"))
             in_column_position = isinstance(ident.parent, exp.Column) and ident.arg_key == "this"
@@ -378,12 +414,12 @@ class AstEquivalence:
             if names is not None:
                 if rule.schema_match == "ci":
                     hits = [n for n in names if n.lower() == raw.lower()]
-                    if len(hits) == 1:
-                        canon = "\x00s:" + hits[0]
+                    if len(hits) == 1 and names[hits[0]] is not None:
+                        canon = "\x00s:" + names[hits[0]]
                 elif folded in names:
-                    canon = "\x00s:" + folded
+                    canon = "\x00s:" + names[folded] if names[folded] is not None else folded.lower()
                 elif any(n.lower() == raw.lower() for n in names):
-                    canon = "\x00mismatch:" + dialect + ":" + raw  # resolves to no schema object
+                    canon = "\x00mismatch:" + dialect + ":" + raw  # resolves to no stored object
             ident.set("this", canon)
             ident.set("quoted", False)
 
@@ -537,6 +573,179 @@ def reserved_words(dialect: str) -> frozenset[str]:
         return frozenset()
     return frozenset(w.strip().lower() for w in path.read_text().splitlines()
                      if w.strip() and not w.startswith("#"))
+
+
+def _own_names(schema: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """Every table and column name of ``schema`` -> itself (the source's own names)."""
+    names = {t: t for t in schema}
+    for cols in schema.values():
+        names.update((c, c) for c in cols)
+    return names
+
+
+def replica_names(schema: Mapping[str, Mapping[str, str]], source_dialect: str,
+                  target_dialect: str) -> dict[str, str | None]:
+    """Every name a replica of ``schema`` stores -> the source name it stands for (None when a
+    table and a column of different source names share one stored name).
+
+    The names come from the one naming rule of replication
+    (:func:`polysql_ray.engines.identifiers.replica_name_for`): on PostgreSQL an SQLite
+    source's ``StockQty`` is stored ``stockqty``, so ``SELECT stockqty`` resolves there and
+    ``SELECT "StockQty"`` does not (SQLSTATE 42703). Raises ``_Unknown`` when either dialect
+    has no engine with identifier rules."""
+    from polysql_ray.engines.identifiers import replica_name_for
+    from polysql_ray.engines.registry import engine_for_dialect
+
+    try:
+        source, target = engine_for_dialect(source_dialect), engine_for_dialect(target_dialect)
+        tables = list(schema)
+        out: dict[str, str | None] = {}
+
+        def put(stored: str, name: str) -> None:
+            out[stored] = name if out.get(stored, name) == name else None
+
+        for t in tables:
+            put(replica_name_for(t, "table", source, target, tables)[0], t)
+            cols = list(schema[t])
+            for c in cols:
+                put(replica_name_for(c, "column", source, target, cols)[0], c)
+    except KeyError as e:
+        raise _Unknown(f"no_identifier_rules:{e}") from None
+    return out
+
+
+#: Significant digits a decimal literal may have to mean the same number as an exact numeric
+#: and as an 8-byte float (DBL_DIG: such decimals convert to distinct, order-preserving doubles).
+PORTABLE_LITERAL_DIGITS = 15
+#: Beyond this many significant digits DuckDB reads a decimal literal as DOUBLE (DECIMAL(38)).
+EXACT_LITERAL_DIGITS = 38
+_INT64 = 2 ** 63 - 1
+
+
+def _literal_form(text: str) -> tuple[str, int, float | None]:
+    """``(form, significant digits, value as float or None)`` of a numeric literal's text
+    (form: ``integer`` within int64, ``big_integer``, ``decimal`` or ``exponent``)."""
+    import decimal
+
+    try:
+        d = decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        return "unreadable", 0, None
+    if not d.is_finite():
+        return "unreadable", 0, None
+    digits = len(d.normalize().as_tuple().digits)  # significant: 1.500 and 0.0015 have 2
+    low = text.lower()
+    if "e" in low:
+        form = "exponent"
+    elif "." in low:
+        form = "decimal"
+    else:
+        form = "integer" if abs(int(d)) <= _INT64 else "big_integer"
+    try:
+        value = float(d)
+    except OverflowError:
+        value = None
+    return form, digits, 0.0 if d.is_zero() else (value if value != 0.0 else None)
+
+
+def portable_literal(text: str, a: str, b: str) -> bool:
+    """True when the numeric literal ``text`` means the same number in dialects ``a`` and ``b``.
+
+    Each dialect declares the literal forms it reads as an 8-byte float
+    (``StructuralFacts.double_literals``); the rest it reads exactly. Read the same way in both
+    (both float: the same correctly rounded double, even ``inf``; both exact, at most
+    :data:`EXACT_LITERAL_DIGITS` digits): portable. Read differently: portable only with at most
+    :data:`PORTABLE_LITERAL_DIGITS` significant digits and a magnitude a double holds as a normal
+    number: ``1e999`` is ``inf`` in SQLite and overflows against a float column in PostgreSQL
+    (22003), ``3.0000000000000001`` equals 3 in SQLite and not in PostgreSQL."""
+    form, digits, value = _literal_form(text)
+    if form == "unreadable":
+        return False
+    if form == "integer":
+        return True
+    as_double = {d: form in _facts(d).double_literals for d in (a, b)}
+    if as_double[a] == as_double[b]:
+        return as_double[a] or digits <= EXACT_LITERAL_DIGITS
+    return digits <= PORTABLE_LITERAL_DIGITS and value is not None and (
+        value == 0.0 or 1e-300 < abs(value) < 1e300)
+
+
+#: Nodes that are a truth value in every portable dialect (PostgreSQL refuses any other
+#: expression where a boolean is expected: ``WHERE stock`` is 42804, SQLite reads it as stock <> 0).
+_PREDICATES = (exp.EQ, exp.NEQ, exp.LT, exp.GT, exp.LTE, exp.GTE, exp.Is, exp.In, exp.Exists,
+               exp.Boolean, exp.And, exp.Or, exp.Not)
+
+
+def _is_predicate(node) -> bool:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return isinstance(node, _PREDICATES)
+
+
+def _single_row(query) -> bool:
+    """True when ``query`` returns at most one row on any data: an aggregating SELECT without
+    GROUP BY (a scalar subquery with more rows is an error in PostgreSQL and DuckDB, and
+    SQLite silently takes the first)."""
+    while isinstance(query, exp.Subquery):
+        query = query.this
+    return isinstance(query, exp.Select) and query.args.get("group") is None and bool(query.expressions) \
+        and all(any(isinstance(n, exp.AggFunc) for n in e.walk()) for e in query.expressions)
+
+
+#: Parents under which a parenthesised query is a table or a query, not a scalar value.
+_QUERY_PLACES = (exp.From, exp.Join, exp.SetOperation, exp.Subquery)
+
+
+def _runs_alike(node, schema) -> str | None:
+    """Why ``node`` (one node of a cross-dialect query) may run on one dialect and fail on the
+    other, else None: a bare value where a truth value is expected, ``IS`` with anything but
+    NULL (SQLite's ``IS`` is null-safe equality), a scalar subquery that may return several
+    rows, a reference to an output alias outside ORDER BY (PostgreSQL resolves none), an
+    ORDER BY key of a SELECT DISTINCT that is not selected, ``*`` in an aggregating SELECT."""
+    conditions = []
+    if isinstance(node, (exp.Where, exp.Having)):
+        conditions.append(node.this)
+    elif isinstance(node, exp.Join) and node.args.get("on") is not None:
+        conditions.append(node.args["on"])
+    elif isinstance(node, (exp.And, exp.Or)):
+        conditions += [node.this, node.expression]
+    elif isinstance(node, exp.Not):
+        conditions.append(node.this)
+    if any(not _is_predicate(c) for c in conditions):
+        return "bare_value_as_condition"
+    if isinstance(node, exp.Is) and not isinstance(node.expression, exp.Null):
+        return "is_not_null_test"
+    if isinstance(node, exp.Subquery) and not isinstance(node.parent, _QUERY_PLACES) \
+            and not _single_row(node):
+        return "scalar_subquery_rows"
+    if isinstance(node, exp.Select):
+        aliases = {e.alias.lower() for e in node.expressions if isinstance(e, exp.Alias)}
+        for key in ("where", "having", "group"):
+            part = node.args.get(key)
+            if part is not None and aliases and any(
+                    not c.table and c.name.lower() in aliases for c in part.find_all(exp.Column)):
+                return "output_alias_reference"
+        for j in node.args.get("joins") or []:
+            on = j.args.get("on")
+            if on is not None and aliases and any(
+                    not c.table and c.name.lower() in aliases for c in on.find_all(exp.Column)):
+                return "output_alias_reference"
+        order = node.args.get("order")
+        if node.args.get("distinct") is not None and order is not None:
+            selected = {_key(e) for e in node.expressions} | {_key(e.this) for e in node.expressions
+                                                              if isinstance(e, exp.Alias)}
+            selected |= {_key(exp.column(a)) for a in aliases}
+            if any(_key(o.this) not in selected for o in order.expressions):
+                return "distinct_order_key_not_selected"
+        if _aggregating(node) and any(isinstance(e, exp.Star) or (isinstance(e, exp.Column)
+                                      and isinstance(e.this, exp.Star)) for e in node.expressions):
+            return "star_in_aggregating_select"
+    return None
+
+
+def _aggregating(select: exp.Select) -> bool:
+    return select.args.get("group") is not None or any(
+        isinstance(n, exp.AggFunc) for e in select.expressions for n in e.walk())
 
 
 def _column_key(col: exp.Column) -> str:

@@ -6,7 +6,7 @@ line) changes the fingerprint and therefore the cell key, so results under diffe
 never mix. The policy is built **once per run** (``ComparisonPolicy.from_config``) and passed
 as this object to every scoring task and to :func:`polysql_ray.comparison.verdict.decide`.
 
-Rules of the default policy (``cmp-3``):
+Rules of the default policy (``cmp-4``):
 
 * **Rows**: multiset (bag) comparison unless the gold has a top-level ORDER BY; then rows
   compare in order and rows tied on the ORDER BY keys compare as a multiset. Duplicates count
@@ -18,7 +18,9 @@ Rules of the default policy (``cmp-3``):
   ``columns: positional`` compares gold column i with predicted column i.
 * **Numbers** (the one place where "equal" is not identity; implemented once, in
   :func:`polysql_ray.comparison.normalize.close`): two values that are *integers by type*
-  (int, bool when ``bool_as_int``, Decimal with scale 0) compare **exactly**; otherwise the
+  (int, bool when ``bool_as_int``, Decimal with scale 0) compare **exactly**, and so does an
+  integer gold against a float prediction (equal only within ``abs_tol``, never by ``rel_tol``:
+  gold 1000000001 is not 1000000000.0; a float gold keeps the full tolerance); otherwise the
   values are equal iff ``|a - b| <= abs_tol + rel_tol * max(|a|, |b|)`` with both finite
   (NULL only equals NULL; ``inf`` equals only the same-sign ``inf``, so ``SELECT 1e999`` never
   passes a numeric gold; NaN equals NaN only under ``nan_equal``, default true: SQL engines
@@ -74,7 +76,7 @@ AMBIGUITY_FLAGS = ("ties_at_limit", "ties_truncated", "nondeterministic_gold", "
                    "time_dependent_gold",
                    "null_order", "integer_division", "bool_as_int", "decimal_scale", "collation",
                    "duplicates", "ungrouped_column", "tie_probe_unavailable", "order_keys_unknown",
-                   "unparsed_gold")
+                   "unparsed_gold", "empty_aggregate", "string_number")
 #: Every flag a policy may list in ``inconclusive_flags`` (the ambiguity flags and the
 #: informational column-mapping flags).
 POLICY_FLAGS = AMBIGUITY_FLAGS + ("columns_reordered", "extra_pred_columns_used")
@@ -85,7 +87,7 @@ class ComparisonPolicy:
     """How a gold result set and a predicted result set are judged equal (EX).
 
     Attributes:
-        version: policy version tag stored with every score (``cmp-3``); bumped whenever the
+        version: policy version tag stored with every score (``cmp-4``); bumped whenever the
             comparison *code* changes meaning, so old scores are recognisably different.
         abs_tol: absolute tolerance for non-integer numbers (paper: 1e-5).
         rel_tol: relative tolerance for non-integer numbers; see the module docstring.
@@ -125,9 +127,15 @@ class ComparisonPolicy:
             observed verdict could change from run to run) and ``nondeterministic_pred`` (a
             prediction whose verdict could change from run to run on the same data:
             ``verdict.pred_nondeterministic``); every other flag keeps the strict verdict.
+        decimal_rounding_min_scale: a DECIMAL result of scale ``s`` at least this compared with
+            a binary float (or a finer DECIMAL) is compared after rounding the other side to
+            ``s`` digits, halves away from zero: the rounding an engine imposes on a quotient
+            (MySQL ``div_precision_increment``, default 4: ``AVG`` 3.3333 for 3.3333333333333335;
+            Snowflake scale 6), flagged ``decimal_scale``. Smaller scales (``ROUND(x, 2)``:
+            3.33) get the plain tolerance. None: never (``normalize.decimal_rounding``).
     """
 
-    version: str = "cmp-3"
+    version: str = "cmp-4"
     abs_tol: float = 1e-5
     rel_tol: float = 1e-9
     order: str = "auto"
@@ -144,6 +152,7 @@ class ComparisonPolicy:
     distinct: str = "keep"
     empty_equal: bool = False
     inconclusive_flags: tuple[str, ...] = ("nondeterministic_gold", "nondeterministic_pred")
+    decimal_rounding_min_scale: int | None = 4
 
     def __post_init__(self) -> None:
         for name, modes in (("order", ORDER_MODES), ("duplicates", DUPLICATE_MODES),
@@ -153,6 +162,9 @@ class ComparisonPolicy:
                 raise ValueError(f"policy.{name} must be one of {modes}, got {getattr(self, name)!r}")
         if not (self.abs_tol >= 0 and self.rel_tol >= 0):
             raise ValueError("policy tolerances must be >= 0")
+        m = self.decimal_rounding_min_scale
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 0):
+            raise ValueError(f"policy.decimal_rounding_min_scale must be a whole number >= 0 or null, got {m!r}")
         object.__setattr__(self, "inconclusive_flags", tuple(self.inconclusive_flags or ()))
         unknown = sorted(set(self.inconclusive_flags) - set(POLICY_FLAGS))
         if unknown:

@@ -22,7 +22,9 @@ user's test gets the verdict the sweep records. Vocabulary (:mod:`polysql_ray.st
 5. both executed -> :func:`polysql_ray.comparison.result_set.compare` decides ``pass`` /
    ``fail`` with its reason and flags, or ``inconclusive`` for the reasons in
    :data:`INCONCLUSIVE_REASONS` (``compare_error`` when the comparison raised on this item:
-   :func:`scoring_error`); engine-semantics flags (:func:`semantic_flags`) are added;
+   :func:`scoring_error`); engine-semantics flags (:func:`semantic_flags` from the SQL text;
+   ``null_order`` kept only where the engines' NULL placement differs in a direction the gold's
+   ORDER BY uses; ``empty_aggregate`` from the data) are added;
    a flag listed in ``policy.inconclusive_flags`` turns ``pass``/``fail`` into
    ``inconclusive`` (reason kept, flag recorded).
 """
@@ -102,31 +104,75 @@ class Pair:
     pred_engine: str = "sqlite"
 
 
+@dataclass(frozen=True)
+class _Ops:
+    """What one SQL text contains, for the engine-semantics flags (all False when unreadable)."""
+
+    div: bool = False          # a ``/``
+    like: bool = False         # a LIKE
+    aggregate: bool = False    # SUM/MIN/MAX/AVG (empty input: NULL or 0)
+    string_number: bool = False  # a comparison of a numeric-looking string literal ('5') or of a
+                                 # string literal with a number literal
+    desc: tuple[bool, ...] | None = None  # directions of the top-level ORDER BY keys (True: DESC)
+
+
+_CMP = (exp.EQ, exp.NEQ, exp.LT, exp.GT, exp.LTE, exp.GTE)
+
+
+def _numeric_text(node: exp.Expression) -> bool:
+    if not (isinstance(node, exp.Literal) and node.is_string):
+        return False
+    try:
+        float(node.this)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _string_number(tree: exp.Expression) -> bool:
+    for cmp in tree.find_all(*_CMP, exp.In):
+        sides = [cmp.this, *(cmp.expressions if isinstance(cmp, exp.In) else [cmp.expression])]
+        if any(_numeric_text(x) for x in sides):
+            return True
+        if any(isinstance(x, exp.Literal) and x.is_string for x in sides) and \
+                any(isinstance(x, exp.Literal) and x.is_number for x in sides):
+            return True
+    return False
+
+
 @functools.lru_cache(maxsize=20_000)
-def _operators(sql: str, dialect: str) -> tuple[bool, bool]:
-    """``(has a division, has a LIKE)`` of ``sql``; ``(False, False)`` when unreadable (no
-    flag). Cached per unique (SQL, dialect) in each scoring worker: a gold is parsed once for
-    every prediction compared with it, not once per item."""
+def _operators(sql: str, dialect: str) -> _Ops:
+    """:class:`_Ops` of ``sql``; all False when unreadable (no flag). Cached per unique (SQL,
+    dialect) in each scoring worker: a gold is parsed once for every prediction compared with
+    it, not once per item."""
     try:
         tree = sqlglot.parse_one(sql, read=dialect)
     except Exception:  # noqa: BLE001 - unreadable SQL raises no flag
-        return (False, False)
+        return _Ops()
     if tree is None:
-        return (False, False)
-    return (tree.find(exp.Div) is not None, tree.find(exp.Like) is not None)
+        return _Ops()
+    order = tree.args.get("order")
+    return _Ops(div=tree.find(exp.Div) is not None, like=tree.find(exp.Like) is not None,
+                aggregate=tree.find(exp.Sum, exp.Min, exp.Max, exp.Avg) is not None,
+                string_number=_string_number(tree),
+                desc=None if order is None else tuple(bool(o.args.get("desc")) for o in order.expressions))
 
 
 def semantic_flags(pair: Pair) -> tuple[str, ...]:
     """Flags for SQL whose meaning differs between the gold's and the prediction's engine
-    (engine facts: :data:`polysql_ray.engines.registry.SEMANTICS`):
+    (engine facts: :data:`polysql_ray.engines.registry.SEMANTICS`, one per dialect):
 
     * ``integer_division``: a ``/`` in either query, and the engines disagree on ``int / int``;
     * ``collation``: a ``LIKE`` in either query, and the engines disagree on case-insensitive
       LIKE. (A case-insensitive ``=`` — MySQL's default collations — is flagged from the data
       instead, when the two results are equal only case-insensitively: flagging every string
       literal on MySQL would mark a fifth of all items.)
+    * ``string_number``: either query compares a numeric-looking string literal (``age = '30'``)
+      or a string literal with a number literal, and the engines convert differently
+      (``Semantics.string_number``: SQLite affinity, MySQL numbers, BigQuery an error ...).
 
-    Same engine, unknown engine or unreadable SQL: no flag.
+    (``null_order`` and ``empty_aggregate`` need the data: :func:`decide`.) Same engine, unknown
+    engine or unreadable SQL: no flag.
     """
     from polysql_ray.engines.registry import SEMANTICS
 
@@ -135,20 +181,65 @@ def semantic_flags(pair: Pair) -> tuple[str, ...]:
         return ()
     ops = (_operators(pair.gold_sql, pair.gold_dialect), _operators(pair.pred_sql, pair.pred_dialect))
     flags = []
-    if g.integer_division != p.integer_division and any(div for div, _ in ops):
+    if g.integer_division != p.integer_division and any(o.div for o in ops):
         flags.append("integer_division")
-    if g.ci_like != p.ci_like and any(like for _, like in ops):
+    if g.ci_like != p.ci_like and any(o.like for o in ops):
         flags.append("collation")
+    if g.string_number != p.string_number and any(o.string_number for o in ops):
+        flags.append("string_number")
     return tuple(flags)
 
 
 def _same_null_order(pair: Pair | None) -> bool:
+    """Both engines place NULLs alike in every direction the gold's top-level ORDER BY uses
+    (``Semantics.nulls_asc``/``nulls_desc``; both directions when the gold is unreadable): a
+    DESC key on SQLite and DuckDB puts NULLs last on both, an ASC key does not."""
     from polysql_ray.engines.registry import SEMANTICS
 
     if pair is None:
         return False
     g, p = SEMANTICS.get(pair.gold_engine), SEMANTICS.get(pair.pred_engine)
-    return g is not None and p is not None and g.nulls_first_asc == p.nulls_first_asc
+    if g is None or p is None:
+        return False
+    directions = _operators(pair.gold_sql, pair.gold_dialect).desc or (False, True)
+    return all(g.nulls(d) == p.nulls(d) for d in set(directions))
+
+
+def _zero_filled(t: pa.Table) -> pa.Table:
+    """``t`` with NULL (and NaN) in numeric columns replaced by 0 of the column's type (an
+    all-NULL column of no type, e.g. SQLite's ``sum()`` over no rows, becomes integer 0s)."""
+    import pyarrow.compute as pc
+
+    cols = []
+    for c in t.columns:
+        if pa.types.is_null(c.type):
+            c = pa.array([0] * len(c), pa.int64())
+        elif pa.types.is_integer(c.type) or pa.types.is_floating(c.type) or pa.types.is_decimal(c.type):
+            zero = pa.array([0]).cast(c.type)[0]
+            if pa.types.is_floating(c.type):
+                c = pc.if_else(pc.is_nan(c), zero, c)
+            c = pc.fill_null(c, zero)
+        cols.append(c)
+    return pa.Table.from_arrays(cols, names=t.column_names)
+
+
+def _empty_aggregate(cmp: Comparison, gold: pa.Table, pred: pa.Table, shape: GoldShape,
+                     policy: ComparisonPolicy, probe: pa.Table | None, pair: Pair | None) -> bool:
+    """Flag ``empty_aggregate``: the results differ in values, the engines disagree on an
+    aggregate over no rows (``Semantics.empty_sum_null``: NULL, or ClickHouse's 0 / nan), an
+    aggregate appears in either query, and the results are equal once NULL and NaN in numeric
+    columns count as 0."""
+    from polysql_ray.engines.registry import SEMANTICS
+
+    if pair is None or cmp.match or cmp.reason != "values":
+        return False
+    g, p = SEMANTICS.get(pair.gold_engine), SEMANTICS.get(pair.pred_engine)
+    if g is None or p is None or g.empty_sum_null == p.empty_sum_null:
+        return False
+    if not (_operators(pair.gold_sql, pair.gold_dialect).aggregate
+            or _operators(pair.pred_sql, pair.pred_dialect).aggregate):
+        return False
+    return compare(_zero_filled(gold), _zero_filled(pred), shape, policy, probe).match
 
 
 def _enforce(res: ExecutionResult | None, limits: Limits | None) -> ExecutionResult | None:
@@ -216,10 +307,17 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
     except Exception as exc:  # noqa: BLE001 - one item's values never abort a sweep
         return scoring_error(exc, shape.flags)
     flags = list(cmp.flags)
+    if cmp.match and cmp.diff is not None and _scale_decided(gold.table, pred.table, cmp.diff, policy):
+        flags.append("decimal_scale")
     if "null_order" in flags and _same_null_order(pair):
         flags.remove("null_order")  # both engines place NULLs alike: not a dialect ambiguity
     if pair is not None:
         flags += semantic_flags(pair)
+    try:
+        if _empty_aggregate(cmp, gold.table, pred.table, shape, policy, probe_table, pair):
+            flags.append("empty_aggregate")
+    except Exception as exc:  # noqa: BLE001 - one item's values never abort a sweep
+        return scoring_error(exc, tuple(flags))
     try:
         if pred_nondeterministic(cmp, gold.table, pred.table, shape, policy, probe_table, pred_shape,
                                  pred_probe, pred_ties_probe, pair):
@@ -231,6 +329,15 @@ def decide(gen_status: GenStatus | str, gold: ExecutionResult | None, probe: Exe
         return Verdict("inconclusive", cmp.reason, "observed", flags, cmp.diff)
     return _apply_policy(Verdict("pass" if cmp.match else "fail", cmp.reason, "observed", flags, cmp.diff),
                          policy)
+
+
+def _scale_decided(gold: pa.Table, pred: pa.Table, diff: Diff, policy: ComparisonPolicy) -> bool:
+    """True when a matched column pair was equal only at the DECIMAL scale one engine imposed
+    (:func:`polysql_ray.comparison.normalize.rounding_mattered`): flag ``decimal_scale``."""
+    from polysql_ray.comparison.normalize import rounding_mattered
+
+    return any(rounding_mattered(gold.column(i), pred.column(j), policy)
+               for i, j in enumerate(diff.column_mapping) if j < pred.num_columns)
 
 
 def pred_nondeterministic(cmp: Comparison, gold: pa.Table, pred: pa.Table, shape: GoldShape,

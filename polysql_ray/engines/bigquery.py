@@ -40,7 +40,7 @@ import re
 from typing import Any
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
-from polysql_ray.engines.declaration import ConnectionBehaviour, StructuralFacts
+from polysql_ray.engines.declaration import ConnectionBehaviour, Semantics, StructuralFacts
 from polysql_ray.engines.identifiers import IdentifierRules
 from polysql_ray.engines.servers import ServerEngine
 from polysql_ray.extras import require
@@ -158,7 +158,17 @@ class BigQueryEngine(ServerEngine):
     settings = {}
     # BigQuery "Lexical structure": table names case-sensitive, column names case-insensitive
     identifiers = IdentifierRules(fold=None, tables_ci=False, columns_ci=True, quote="`")
-    semantics = None  # not yet documented as flags
+    semantics = Semantics(
+        integer_division=False,  # "Operators: Arithmetic operators": INT64 / INT64 is FLOAT64 (DIV is
+                                 # integer division)
+        nulls_asc="first", nulls_desc="last",  # "Query syntax: ORDER BY clause": NULLS FIRST is the
+                                               # default for ASC, NULLS LAST for DESC
+        ci_equals=False,         # "Collation": the default is binary (case-sensitive)
+        ci_like=False,           # "Operators: LIKE": case-sensitive under the default collation
+        empty_sum_null=True,     # "Aggregate functions: SUM": NULL if the input contains no rows
+        string_number="error",   # "Conversion rules": no implicit coercion between STRING and INT64 /
+                                 # FLOAT64 (no matching signature for operator =)
+    )
     structural = StructuralFacts()  # nothing proven across it yet
     # BigQuery: a time zone-less TIMESTAMP is a DATETIME.
     type_map = {"SMALLINT": "INT64", "INTEGER": "INT64", "BIGINT": "INT64", "DOUBLE": "FLOAT64",

@@ -8,10 +8,24 @@ and so every results-store cell key), :data:`ERROR_CODES` (ClickHouse error code
 Sandbox (ClickHouse docs "Settings: Permissions for Queries", "Restrictions on Query
 Complexity"), all set in the *connection string*, never in query text:
 
-* ``readonly=1``: no DDL/DML, no ``SET``/``SETTINGS`` clause (every setting change fails with
-  code 164 READONLY), no table functions that read or write elsewhere (``file()``, ``url()``,
-  ``s3()``, ``mysql()``, ``executable()``, ``Python()`` ...). ``mode=ro`` alone gives
-  ``readonly=2``, which still allows ``file()``.
+* ``readonly=1``: no DDL/DML, no ``SET``, no setting *change* (code 164 READONLY), no table
+  functions that read or write elsewhere (``file()``, ``url()``, ``s3()``, ``mysql()``,
+  ``executable()``, ``Python()`` ...). ``mode=ro`` alone gives ``readonly=2``, which still allows
+  ``file()``.
+* **A query's own result-semantic settings** (``SELECT ... SETTINGS join_use_nulls = 1``, the
+  ClickHouse-correct way to get standard outer-join NULLs on a stock server): the names of
+  :data:`RESULT_SETTINGS` found in the statement's top-level ``SETTINGS`` clause
+  (:func:`query_settings`) are applied to the *session* (a connection opened with them), so the
+  clause changes nothing when the statement runs: ClickHouse checks only settings whose value a
+  query changes ("Setting isn't checked if value has not changed", ``SettingsConstraints``),
+  and every other ``SETTINGS`` entry is still refused by ``readonly=1``. This is what
+  ``readonly=2`` plus profile constraints (``<constraints><max_execution_time><readonly/>``) would
+  give on a server, without what ``readonly=2`` opens: chdb does load a users profile with
+  constraints from ``--config-file`` (``<readonly/>`` constraints hold), but under ``readonly=2``
+  the ``file()``/``url()`` table functions run, chdb has one user (no ``GRANT`` to withhold them),
+  and it refuses ``<changeable_in_readonly/>`` (``settings_constraints_replace_previous`` is not
+  enabled in clickhouse-local). So the engine itself still enforces that nothing but an
+  allowlisted value changes; the client only chooses which allowlisted values to pre-apply.
 * ``max_execution_time`` (= ``Limits.timeout_s``; ClickHouse cancels the query itself, code
   159 -> TIMEOUT), ``max_result_rows`` (= ``Limits.row_cap``) and ``max_result_bytes`` with
   ``result_overflow_mode=throw`` (code 396 -> TOO_LARGE), ``max_memory_usage``.
@@ -50,7 +64,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
-from polysql_ray.engines.declaration import ConnectionBehaviour, StructuralFacts
+from polysql_ray.engines.declaration import ConnectionBehaviour, Semantics, StructuralFacts
 from polysql_ray.engines.embedded import EmbeddedEngine, Unusable
 from polysql_ray.engines.identifiers import IdentifierRules
 from polysql_ray.engines.scratch import owned_temp_dir, sweep_orphans
@@ -67,12 +81,47 @@ SANDBOX_SETTINGS: dict[str, object] = {
 }
 
 #: Settings that change results; each is a documented choice recorded in every cell key
-#: (``ClickHouseEngine.semantic_settings`` -> ``engine_fingerprint``).
-#: ``join_use_nulls=1``: outer joins fill missing sides with NULL as standard SQL does
-#: (ClickHouse's default 0 fills 0 / '' / 1970-01-01, which turns SQLite-correct
-#: ``LEFT JOIN ... WHERE x IS NULL`` into a wrong answer). Columns become Nullable on the
-#: outer side, exactly like the other engines.
-SEMANTIC_SETTINGS: dict[str, object] = {"join_use_nulls": 1}
+#: (``ClickHouseEngine.semantic_settings`` -> ``engine_fingerprint``). The defaults are a stock
+#: ClickHouse server's (ClickHouse docs "Settings": ``join_use_nulls`` default 0: an outer join
+#: fills the missing side with the column type's default, 0 / '' / 1970-01-01, not NULL), so a
+#: prediction is judged as a ClickHouse user's server would run it; a query that wants standard
+#: NULLs says ``SETTINGS join_use_nulls = 1`` itself (:data:`RESULT_SETTINGS`).
+SEMANTIC_SETTINGS: dict[str, object] = {"join_use_nulls": 0}
+
+#: Values a boolean setting may take in a SETTINGS clause (normalized to ``0``/``1``).
+_BOOL = {"0": "0", "1": "1", "true": "1", "false": "0"}
+
+#: Result-semantic settings a statement may set in its own top-level ``SETTINGS`` clause
+#: (name -> accepted value -> the value applied to the session); every other setting stays
+#: fixed (``readonly=1`` refuses the change, code 164 -> REJECTED). Each changes what a query
+#: *means*, none how much it may consume or what it may reach (ClickHouse docs "Settings"):
+#: ``join_use_nulls`` (outer-join NULLs), ``aggregate_functions_null_for_empty`` (``sum`` over no
+#: rows is NULL, not 0), ``transform_null_in`` (NULL = NULL inside IN), ``cast_keep_nullable``,
+#: ``group_by_use_nulls`` (ROLLUP/CUBE NULLs), ``union_default_mode`` / ``intersect_default_mode``
+#: / ``except_default_mode`` (bare UNION / INTERSECT / EXCEPT), ``join_default_strictness``,
+#: ``count_distinct_implementation`` (exact or approximate ``count(DISTINCT)``),
+#: ``prefer_column_name_to_alias``, ``enable_positional_arguments`` (``ORDER BY 1``),
+#: ``decimal_check_overflow``. A name the server does not list in ``system.settings`` is never
+#: applied (:func:`known_result_settings`).
+RESULT_SETTINGS: dict[str, dict[str, str]] = {
+    "join_use_nulls": _BOOL,
+    "aggregate_functions_null_for_empty": _BOOL,
+    "transform_null_in": _BOOL,
+    "cast_keep_nullable": _BOOL,
+    "group_by_use_nulls": _BOOL,
+    "prefer_column_name_to_alias": _BOOL,
+    "enable_positional_arguments": _BOOL,
+    "decimal_check_overflow": _BOOL,
+    "union_default_mode": {v: v for v in ("ALL", "DISTINCT")},
+    "intersect_default_mode": {v: v for v in ("ALL", "DISTINCT")},
+    "except_default_mode": {v: v for v in ("ALL", "DISTINCT")},
+    "join_default_strictness": {v: v for v in ("ALL", "ANY")},
+    "count_distinct_implementation": {v: v for v in ("uniq", "uniqCombined", "uniqCombined64", "uniqHLL12",
+                                                     "uniqExact")},
+}
+
+#: Most distinct (limits, query settings) reader connections kept per engine (oldest closed).
+MAX_READERS = 16
 
 #: Connection settings of the trusted loader connection.
 LOADER_SETTINGS: dict[str, object] = {"session_timezone": "UTC"}
@@ -225,6 +274,58 @@ def scope_refusal(sql: str, own_database: str, replica_pattern: str) -> str | No
     return foreign_name(sql, "clickhouse", own_database, replica_pattern, CATALOG_DATABASES)
 
 
+def query_settings(sql: str, allowed: frozenset[str] | None = None) -> dict[str, str]:
+    """The :data:`RESULT_SETTINGS` the statement ``sql`` sets in a ``SETTINGS`` clause at its top
+    level (outside parentheses), as the session values to pre-apply: ``{name: value}`` with
+    values normalized (``true`` -> ``1``). Names outside the allowlist (or ``allowed``, the subset
+    the server knows), values it does not accept, and clauses inside subqueries are left out: the
+    engine's ``readonly=1`` then refuses them if they would change anything. Read on sqlglot's
+    ClickHouse tokens (comments and string contents cannot fake a clause); ``{}`` when the
+    tokenizer fails (the engine decides)."""
+    from sqlglot.dialects.dialect import Dialect
+    from sqlglot.tokens import TokenType
+
+    try:
+        toks = Dialect.get_or_raise("clickhouse").tokenize(sql)
+    except Exception:
+        return {}
+    names = RESULT_SETTINGS.keys() if allowed is None else (RESULT_SETTINGS.keys() & allowed)
+    out: dict[str, str] = {}
+    depth, i = 0, 0
+    while i < len(toks):
+        t = toks[i]
+        if t.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif t.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif depth == 0 and t.token_type != TokenType.STRING and t.text.upper() == "SETTINGS":
+            i += 1
+            while i + 2 < len(toks) and toks[i + 1].token_type == TokenType.EQ:
+                name, text = toks[i].text, toks[i + 2].text
+                table = RESULT_SETTINGS.get(name) if name in names else None
+                applied = None if table is None else table.get(text.lower() if table is _BOOL else text)
+                if applied is not None:
+                    out[name] = applied
+                i += 3
+                if i < len(toks) and toks[i].token_type == TokenType.COMMA:
+                    i += 1
+                    continue
+                break
+            continue
+        i += 1
+    return out
+
+
+def known_result_settings(query) -> frozenset[str]:
+    """The :data:`RESULT_SETTINGS` names the server lists in ``system.settings``; ``query(sql)``
+    -> rows. Empty (nothing pre-applied, every SETTINGS change refused) when unreadable."""
+    try:
+        names = ", ".join(_literal(n) for n in sorted(RESULT_SETTINGS))
+        return frozenset(r[0] for r in query(f"SELECT name FROM system.settings WHERE name IN ({names})"))
+    except Exception:
+        return frozenset()
+
+
 def connection_string(path: str, settings: dict[str, object]) -> str:
     """``file:<path>?k=v&...`` for ``chdb.connect`` (settings in the URL apply to the session)."""
     return f"file:{path}?" + "&".join(f"{k}={v}" for k, v in settings.items())
@@ -254,6 +355,16 @@ def remove_orphaned_paths(root: str | None = None) -> list[str]:
     worker killed at shutdown never runs its exit hook); :func:`polysql_ray.engines.scratch.sweep_orphans`.
     Returns the paths removed."""
     return sweep_orphans("chdb", root)
+
+
+def process_result_settings() -> frozenset[str]:
+    """:func:`known_result_settings` of this process's chdb (once per process)."""
+    with _PROCESS_LOCK:
+        if _PROCESS.get("result_settings") is None:
+            con = _loader()
+            _PROCESS["result_settings"] = known_result_settings(
+                lambda q: [tuple(r.split("\t")) for r in con.query(q, "TSV").bytes().decode().splitlines()])
+        return _PROCESS["result_settings"]
 
 
 def process_denied() -> frozenset[str]:
@@ -357,7 +468,9 @@ class ClickHouseEngine(EmbeddedEngine):
     """:class:`~polysql_ray.engines.base.Engine` for ClickHouse replicas in chdb.
 
     Args:
-        join_use_nulls: see :data:`SEMANTIC_SETTINGS` (1: standard SQL outer-join NULLs).
+        join_use_nulls: see :data:`SEMANTIC_SETTINGS` (default 0, a stock server's; 1: standard
+            SQL outer-join NULLs for every statement). A statement may set it, and the other
+            :data:`RESULT_SETTINGS`, in its own ``SETTINGS`` clause.
         max_memory_usage: bytes one query may use (ClickHouse setting; over it -> TOO_LARGE).
         max_threads: ClickHouse threads per query (1: parallelism comes from actors).
         host: a ClickHouse server; when set, statements run there through clickhouse-connect
@@ -369,11 +482,23 @@ class ClickHouseEngine(EmbeddedEngine):
 
     name = "clickhouse"
     dialect = "clickhouse"
-    settings = {"join_use_nulls": 1, "max_memory_usage": 2_000_000_000, "max_threads": 1}
+    settings = {"join_use_nulls": 0, "max_memory_usage": 2_000_000_000, "max_threads": 1}
     semantic_settings = ("join_use_nulls",)
     # ClickHouse "Syntax: Identifiers": case-sensitive, kept as written
     identifiers = IdentifierRules(fold=None, tables_ci=False, columns_ci=False)
-    semantics = None  # not yet documented as flags (join_use_nulls is a recorded setting instead)
+    # Facts of a stock server (this engine's defaults; a statement's own SETTINGS may change some)
+    semantics = Semantics(
+        integer_division=False,  # "Arithmetic Functions: divide": the result type is always Float64
+                                 # (intDiv is integer division)
+        nulls_asc="last", nulls_desc="last",  # "ORDER BY Clause": by default (NULLS LAST) values come
+                                              # first, then NaN, then NULL, in either direction
+        ci_equals=False,         # "String Functions"/"Comparison Functions": strings compare bytewise
+        ci_like=False,           # "String Search Functions: like": case-sensitive (ilike is not)
+        empty_sum_null=False,    # "Settings: aggregate_functions_null_for_empty" (default 0): sum, min,
+                                 # max of no rows return the type's default 0 (avg returns nan)
+        string_number="literal",  # "Type Conversion": a string literal is converted to the column type;
+                                  # a String column against a number has no common type (code 386)
+    )
     structural = StructuralFacts()  # nothing proven across it yet
     type_map = {"INTEGER": "Int32", "SMALLINT": "Int16", "BIGINT": "Int64", "DOUBLE": "Float64",
                 "VARCHAR": "String", "BLOB": "String", "DECIMAL": "Decimal", "BOOLEAN": "Bool",
@@ -392,7 +517,7 @@ class ClickHouseEngine(EmbeddedEngine):
     #: so it is named here, not imported).
     server_engine = "polysql_ray.engines.clickhouse_server:ClickHouseServerEngine"
 
-    def __init__(self, join_use_nulls: int = 1, max_memory_usage: int = 2_000_000_000,
+    def __init__(self, join_use_nulls: int = 0, max_memory_usage: int = 2_000_000_000,
                  max_threads: int = 1, host: str | None = None, **server):
         super().__init__()
         self.semantic = {**SEMANTIC_SETTINGS, "join_use_nulls": int(join_use_nulls)}
@@ -408,19 +533,31 @@ class ClickHouseEngine(EmbeddedEngine):
 
     def identity(self) -> dict:
         """chdb's version, or the server's (``ClickHouseServerEngine.identity``) on the server path."""
-        return self._server.identity() if self._server is not None else super().identity()
+        if self._server is not None:
+            return self._server.identity()
+        return {**super().identity(), "settings": {k: str(v) for k, v in self.semantic.items()}}
 
-    def _reader(self, limits: Limits):
+    def _reader(self, limits: Limits, requested: dict[str, str] | None = None):
+        """The ``readonly=1`` connection for ``limits`` whose session already holds the
+        statement's ``requested`` result settings (:func:`query_settings`); at most
+        :data:`MAX_READERS` are kept."""
         chdb = require("chdb", "the clickhouse engine")
 
-        key = (limits.timeout_s, limits.row_cap, limits.max_bytes)
-        con = self._readers.get(key)
+        requested = requested or {}
+        key = (limits.timeout_s, limits.row_cap, limits.max_bytes, tuple(sorted(requested.items())))
+        con = self._readers.pop(key, None)
         if con is None:
-            settings = {**SANDBOX_SETTINGS, **self.semantic, **self.resources,
+            settings = {**SANDBOX_SETTINGS, **self.semantic, **requested, **self.resources,
                         "max_execution_time": f"{limits.timeout_s:g}",
                         "max_result_rows": limits.row_cap, "max_result_bytes": limits.max_bytes}
             con = chdb.connect(connection_string(process_data_path(), settings))
-            self._readers[key] = con
+            while len(self._readers) >= MAX_READERS:
+                old = self._readers.pop(next(iter(self._readers)))
+                try:
+                    old.close()
+                except Exception:
+                    pass
+        self._readers[key] = con  # most recently used last
         return con
 
     def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
@@ -448,16 +585,15 @@ class ClickHouseEngine(EmbeddedEngine):
         return None
 
     def open(self, location: str, limits: Limits):
-        """Load the replica into this process's chdb (once) and ``USE`` it on the read-only
-        connection for ``limits``."""
-        db = load_replica(location)
-        con = self._reader(limits)
-        con.query(f"USE {quote(db)}")  # trusted; model SQL can never run USE (guard)
-        return con
+        """Load the replica into this process's chdb (once); the handle is its database."""
+        return load_replica(location)
 
-    def run(self, con, sql: str, limits: Limits) -> pa.Table:
-        """Run on the ``readonly=1`` connection (row/byte caps and timeout are its settings);
-        the result must be Arrow."""
+    def run(self, db, sql: str, limits: Limits) -> pa.Table:
+        """Run on the ``readonly=1`` connection for ``limits`` and the statement's own result
+        settings (row/byte caps and timeout are its settings), after a trusted ``USE`` of the
+        replica's database (model SQL can never run USE: guard); the result must be Arrow."""
+        con = self._reader(limits, query_settings(sql, process_result_settings()))
+        con.query(f"USE {quote(db)}")
         payload = con.query(sql, "Arrow").bytes()
         try:
             return arrow_result(payload)

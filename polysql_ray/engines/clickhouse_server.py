@@ -9,7 +9,9 @@ the replica databases), ``connect_timeout_s``, ``client_grace_s``. Passwords nev
 config (:class:`~polysql_ray.engines.servers.ServerSettings` refuses a literal ``password``).
 
 Sandbox: the same settings as the chdb path (:data:`clickhouse.SANDBOX_SETTINGS` ``readonly=1``,
-``result_overflow_mode=throw`` ..., the semantic ``join_use_nulls``, ``max_memory_usage``,
+``result_overflow_mode=throw`` ..., the semantic ``join_use_nulls`` (a stock server's 0 by
+default), the statement's own ``clickhouse.RESULT_SETTINGS`` from its top-level ``SETTINGS``
+clause (so that clause changes nothing and ``readonly=1`` lets it run), ``max_memory_usage``,
 ``max_threads``, and per query ``max_execution_time`` = ``Limits.timeout_s``,
 ``max_result_rows`` = ``Limits.row_cap``, ``max_result_bytes`` = ``Limits.max_bytes``) are sent
 as **server-side settings with every request** (HTTP parameters), never in query text; requests
@@ -131,6 +133,7 @@ class ClickHouseServerEngine:
         self._clients: dict[tuple, object] = {}
         self._loaded: dict[str, str] = {}
         self._denied: frozenset[str] | None = None
+        self._result_settings: frozenset[str] | None = None
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ connections
@@ -162,11 +165,13 @@ class ClickHouseServerEngine:
         return {"product": "ClickHouse server", "version": str(version), "standin": "", "settings": {},
                 "endpoint": f"{self.settings.host}:{self.settings.port}"}
 
-    def request_settings(self, limits: Limits) -> dict[str, object]:
-        """Settings sent with every statement: sandbox, semantic/resource settings, limits."""
+    def request_settings(self, limits: Limits, requested: dict[str, str] | None = None) -> dict[str, object]:
+        """Settings sent with every statement: sandbox, semantic/resource settings, the
+        statement's own result settings (``clickhouse.query_settings``: applied to the request
+        so its ``SETTINGS`` clause changes nothing under ``readonly=1``), limits."""
         from polysql_ray.engines.clickhouse import SANDBOX_SETTINGS
 
-        return {**SANDBOX_SETTINGS, **self.session, **ARROW_SETTINGS,
+        return {**SANDBOX_SETTINGS, **self.session, **(requested or {}), **ARROW_SETTINGS,
                 "max_execution_time": f"{limits.timeout_s:g}", "max_result_rows": limits.row_cap,
                 "max_result_bytes": limits.max_bytes}
 
@@ -235,6 +240,18 @@ class ClickHouseServerEngine:
             self._denied = found
         return self._denied
 
+    def result_settings(self) -> frozenset[str]:
+        """``clickhouse.RESULT_SETTINGS`` names the server lists in ``system.settings`` (read once
+        as the reader; empty, and read again next time, when unreadable)."""
+        if self._result_settings is None:
+            from polysql_ray.engines.clickhouse import known_result_settings
+
+            found = known_result_settings(lambda q: self._client(False, 30.0).query(q).result_rows)
+            if not found:
+                return found
+            self._result_settings = found
+        return self._result_settings
+
     def scope(self, sql: str, location: str) -> str | None:
         """Why ``sql`` names a database other than the copy's own (``clickhouse.scope_refusal``:
         another copy ``<database>_<content id>``, ``system``, ``INFORMATION_SCHEMA``), else None.
@@ -254,7 +271,7 @@ class ClickHouseServerEngine:
     def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
         """Run one untrusted statement on the server, read-only, in the replica's database.
         Never raises."""
-        from polysql_ray.engines.clickhouse import arrow_result, sandbox_refusal
+        from polysql_ray.engines.clickhouse import arrow_result, query_settings, sandbox_refusal
         from polysql_ray.engines.servers import LiveStopwatch, precheck
 
         with LiveStopwatch() as sw:
@@ -274,7 +291,8 @@ class ClickHouseServerEngine:
                                                f"{self.settings.host}: {e}", sw.now())
             try:
                 client = self._client(False, limits.timeout_s + self.grace_s)
-                payload = client.raw_query(sql, settings={**self.request_settings(limits), "database": db},
+                requested = query_settings(sql, self.result_settings())
+                payload = client.raw_query(sql, settings={**self.request_settings(limits, requested), "database": db},
                                            fmt="Arrow")
             except Exception as e:
                 status = classify_server_error(e)

@@ -53,18 +53,40 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator
 
 
+#: How a string meets a number in ``=``/``<``/``IN`` (:attr:`Semantics.string_number`).
+STRING_NUMBER_RULES: dict[str, str] = {
+    "affinity": "the column's type affinity decides: an INTEGER column converts '5' to 5, a TEXT column "
+                "converts 5 to '5'; two literals of different classes are never equal (SQLite)",
+    "number": "both sides compare as numbers: every string converts, '5x' = 5 and 'abc' = 0 (MySQL)",
+    "cast": "the string side is cast to the number's type; a string that does not convert is an error",
+    "literal": "only an untyped string literal takes the number's type; a string column against a number "
+               "is an error",
+    "error": "no implicit conversion between strings and numbers: the comparison is an error",
+}
+
+
 @dataclass(frozen=True)
 class Semantics:
     """Dialect semantics that change results of the same SQL on the same data (engine facts,
-    from each engine's documentation; used only to flag ambiguity, never to change a verdict).
+    from each engine's documentation, cited where each engine declares them; used only to flag
+    ambiguity, never to change a verdict: ``comparison/verdict.py``).
 
     Attributes:
         integer_division: ``int / int`` truncates (SQLite, PostgreSQL) instead of giving an exact
-            or float quotient (MySQL, DuckDB).
-        nulls_first_asc: NULL sorts first under ``ORDER BY x ASC`` (SQLite, MySQL); PostgreSQL
-            and DuckDB put NULLs last.
+            or float quotient (MySQL, DuckDB, ClickHouse, Snowflake, BigQuery). Flag
+            ``integer_division``.
+        nulls_asc, nulls_desc: where NULLs go under ``ORDER BY x ASC`` / ``ORDER BY x DESC``
+            without NULLS FIRST/LAST, each ``"first"`` or ``"last"`` (SQLite, MySQL, BigQuery:
+            NULL smallest, first/last; PostgreSQL, Snowflake: NULL largest, last/first; DuckDB,
+            ClickHouse: last in both directions). Flag ``null_order``.
         ci_equals: ``=`` on strings ignores case under the default collation (MySQL/MariaDB).
-        ci_like: ``LIKE`` ignores (ASCII) case (SQLite, MySQL; not PostgreSQL, DuckDB).
+            Flag ``collation`` (from the data).
+        ci_like: ``LIKE`` ignores (ASCII) case (SQLite, MySQL; not the others). Flag ``collation``.
+        empty_sum_null: ``SUM`` (and MIN/MAX/AVG) over no rows is NULL (SQL standard) rather than
+            the type's default 0 (ClickHouse without ``aggregate_functions_null_for_empty``).
+            Flag ``empty_aggregate``.
+        string_number: how a string meets a number in a comparison, a key of
+            :data:`STRING_NUMBER_RULES`. Flag ``string_number``.
         arbitrary_ungrouped: a selected column that is neither grouped nor aggregated takes its
             value from any row of the group, and which row may change between runs (MariaDB
             without ONLY_FULL_GROUP_BY, "SELECT ... GROUP BY": "the server is free to choose any
@@ -74,10 +96,30 @@ class Semantics:
     """
 
     integer_division: bool
-    nulls_first_asc: bool
+    nulls_asc: str
+    nulls_desc: str
     ci_equals: bool
     ci_like: bool
+    empty_sum_null: bool
+    string_number: str
     arbitrary_ungrouped: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("nulls_asc", "nulls_desc"):
+            if getattr(self, name) not in ("first", "last"):
+                raise ValueError(f"Semantics.{name} must be 'first' or 'last', not {getattr(self, name)!r}")
+        if self.string_number not in STRING_NUMBER_RULES:
+            raise ValueError(f"Semantics.string_number must be one of {sorted(STRING_NUMBER_RULES)}, "
+                             f"not {self.string_number!r}")
+
+    def nulls(self, desc: bool) -> str:
+        """``"first"``/``"last"``: where NULLs go by default in that ORDER BY direction."""
+        return self.nulls_desc if desc else self.nulls_asc
+
+    @property
+    def nulls_first_asc(self) -> bool:
+        """NULL sorts first under ``ORDER BY x ASC`` (the one bit of earlier declarations)."""
+        return self.nulls_asc == "first"
 
 
 @dataclass(frozen=True)
@@ -131,6 +173,13 @@ class StructuralFacts:
         numeric_plus: ``+`` and ``*`` are always numeric (commutative), never concatenation.
         left_collation: the left column's collation decides a column-column comparison.
         keywords: file under ``comparison/keywords/`` listing its reserved words, or None.
+        double_literals: numeric literal forms the dialect reads as an 8-byte float rather than
+            an exact number: ``decimal`` (``1.5``), ``exponent`` (``1e3``), ``big_integer``
+            (beyond int64). SQLite reads all three as REAL; DuckDB ``1e3`` as DOUBLE (``1.5`` is
+            a DECIMAL, ``2**64`` a HUGEINT); PostgreSQL none (``numeric``). A literal whose form
+            two dialects read differently is proven only when its value survives both readings
+            (``comparison/ast.py``, portable literals): ``1e999`` is ``inf`` in SQLite and an
+            overflow error against a float in PostgreSQL.
     """
 
     identifiers: StructuralIdentifiers = EXACT_IDENTIFIERS
@@ -139,6 +188,7 @@ class StructuralFacts:
     numeric_plus: bool = False
     left_collation: bool = False
     keywords: str | None = None
+    double_literals: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

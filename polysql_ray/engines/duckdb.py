@@ -127,11 +127,21 @@ class DuckDBEngine(EmbeddedEngine):
     product = ("DuckDB", "duckdb")
     # DuckDB "Rules for Case Sensitivity": case-insensitive, even when quoted
     identifiers = IdentifierRules(fold=None, tables_ci=True, columns_ci=True)
-    semantics = Semantics(integer_division=False, nulls_first_asc=False, ci_equals=False, ci_like=False)
+    semantics = Semantics(
+        integer_division=False,  # "Numeric Functions": / is float division (// is integer division)
+        nulls_asc="last", nulls_desc="last",  # "ORDER BY Clause": default_null_order 'nulls_last',
+                                              # in both directions
+        ci_equals=False,         # "Collations": binary comparison unless a collation is set
+        ci_like=False,           # "Pattern Matching": LIKE is case-sensitive (ILIKE is not)
+        empty_sum_null=True,     # "Aggregate Functions": sum over no rows is NULL
+        string_number="cast",    # "Typecasting": the VARCHAR side is cast implicitly (error if it
+                                 # does not convert)
+    )
     structural = StructuralFacts(
         identifiers=StructuralIdentifiers(True, True, False, "ci"),
         portable_nodes=PORTABLE_CORE | PORTABLE_GUARDED, ordered_classes=frozenset({"num", "text"}),
-        numeric_plus=True, keywords="duckdb.txt")
+        numeric_plus=True, keywords="duckdb.txt",
+        double_literals=frozenset({"exponent"}))  # "Numeric Types": 1.5 is DECIMAL(2,1), 1e3 DOUBLE
     type_map = {"INTEGER": "INTEGER", "SMALLINT": "SMALLINT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE",
                 "VARCHAR": "VARCHAR", "BLOB": "BLOB", "DECIMAL": "DECIMAL", "BOOLEAN": "BOOLEAN",
                 "DATE": "DATE", "TIMESTAMP": "TIMESTAMP"}

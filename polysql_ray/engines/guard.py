@@ -107,6 +107,12 @@ def check_statement(sql: str | None, dialect: str) -> GuardVerdict:
         else:
             statements[-1].append(tok)
     statements = [s for s in statements if s]
+    pattern = EXECUTABLE_COMMENT.get(dialect)
+    if pattern is not None and pattern.search(sql):
+        # checked before "empty": `/*!50000 SELECT 1 */` is only a comment to the tokenizer, but
+        # the server runs it, so it is not "no SQL" (a missing prediction) but a refused statement
+        return GuardVerdict("reject", "executable comment (/*! ... */ or /*M! ... */): the server "
+                                      "would run text the statement guard cannot see", len(statements))
     if not statements:
         return GuardVerdict("empty", "no SQL to run (only comments/semicolons)")
     depth = nesting_depth(tokens)
@@ -116,10 +122,6 @@ def check_statement(sql: str | None, dialect: str) -> GuardVerdict:
     if len(statements) > 1:
         return GuardVerdict("reject", f"{len(statements)} statements; exactly one SELECT/WITH "
                                       f"statement is allowed", len(statements))
-    pattern = EXECUTABLE_COMMENT.get(dialect)
-    if pattern is not None and pattern.search(sql):
-        return GuardVerdict("reject", "executable comment (/*! ... */ or /*M! ... */): the server "
-                                      "would run text the statement guard cannot see", 1)
     first = statements[0][0]
     if first.text.upper() in DIALECT_REJECT_WORDS.get(dialect, frozenset()):
         return GuardVerdict("reject", f"statement starts with {first.text!r}; only SELECT/WITH "

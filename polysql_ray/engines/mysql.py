@@ -11,7 +11,8 @@ Sandbox (README "Untrusted SQL"):
   databases the copy claimed) and nothing else; no FILE, PROCESS, SUPER ...: ``INTO OUTFILE``
   and ``SET GLOBAL`` fail with privilege errors (1045/1227) -> REJECTED, and another copy's
   database - another db_id, another run's replica, an admin database - is refused by the
-  server (1142/1044 -> REJECTED) and absent from ``information_schema``, whatever the SQL;
+  server (1142 on a SELECT -> SCHEMA, as another engine answers "no such table" for the same
+  text; 1044 -> REJECTED) and absent from ``information_schema``, whatever the SQL;
   connections are pooled per copy (``ConnectionPool.acquire(key)``, the bound holds across
   copies);
 * **a fresh session per statement**: ``COM_RESET_CONNECTION`` before every statement drops
@@ -91,7 +92,7 @@ ERRNO_STATUS: dict[int, ExecStatus] = {
     1969: S.TIMEOUT,   # MariaDB ER_STATEMENT_TIMEOUT (max_statement_time)
     3024: S.TIMEOUT,   # MySQL ER_QUERY_TIMEOUT (max_execution_time)
     1317: S.TIMEOUT,   # ER_QUERY_INTERRUPTED (KILL QUERY)
-    1142: S.REJECTED,  # ER_TABLEACCESS_DENIED_ERROR
+    1142: S.REJECTED,  # ER_TABLEACCESS_DENIED_ERROR (a command other than SELECT: ERRNO_MESSAGE_STATUS)
     1143: S.REJECTED,  # ER_COLUMNACCESS_DENIED_ERROR
     1227: S.REJECTED,  # ER_SPECIFIC_ACCESS_DENIED_ERROR (SET GLOBAL, SUPER ...)
     1044: S.REJECTED,  # ER_DBACCESS_DENIED_ERROR
@@ -112,6 +113,17 @@ ERRNO_STATUS: dict[int, ExecStatus] = {
     2006: S.UNAVAILABLE,  # CR_SERVER_GONE_ERROR
     2013: S.UNAVAILABLE,  # CR_SERVER_LOST
     2055: S.UNAVAILABLE,  # CR_SERVER_LOST_EXTENDED
+}
+
+#: Error number -> ((message prefix, status), ...): where one number means two things, the
+#: server's message decides, first match wins, then :data:`ERRNO_STATUS`.
+#: 1142 "SELECT command denied ... for table `otherdb`.`t`": the copy's reader holds SELECT on
+#: its own database only, so a SELECT is refused exactly when it names a table outside it
+#: (another database, ``mysql.user``): the model named something its schema does not have, a
+#: schema error as PostgreSQL's 42P01 and SQLite's "no such table" for the same text. Any other
+#: command denied (INSERT, DROP ...) stays a sandbox refusal.
+ERRNO_MESSAGE_STATUS: dict[int, tuple[tuple[str, ExecStatus], ...]] = {
+    1142: (("SELECT command denied", S.SCHEMA),),
 }
 
 #: Client error numbers meaning "this connection is dead": drop it and retry once.
@@ -263,8 +275,19 @@ class MySQLEngine(ServerEngine):
     settings = {}
     # MySQL 8.0 reference 11.2.3: columns case-insensitive; table names per lower_case_table_names
     identifiers = IdentifierRules(fold=None, tables_ci=None, columns_ci=True, quote="`")
-    semantics = Semantics(integer_division=False, nulls_first_asc=True, ci_equals=True, ci_like=True,
-                          arbitrary_ungrouped=True)
+    semantics = Semantics(
+        integer_division=False,  # "Arithmetic Operators": / gives a DECIMAL (div_precision_increment
+                                 # digits); DIV is integer division
+        nulls_asc="first", nulls_desc="last",  # "Working with NULL Values": NULLs are presented first
+                                               # with ORDER BY ... ASC and last with DESC
+        ci_equals=True,          # "Character Sets and Collations": default collations (_ci) ignore case
+        ci_like=True,            # "String Comparison Functions": LIKE follows the collation
+        empty_sum_null=True,     # "Aggregate Function Descriptions": SUM() returns NULL if there were
+                                 # no matching rows
+        string_number="number",  # "Type Conversion in Expression Evaluation": a string compared with a
+                                 # number compares as floating-point numbers
+        arbitrary_ungrouped=True,
+    )
     # nothing proven across it: case- and accent-insensitive collations change =, GROUP BY, DISTINCT
     structural = StructuralFacts(identifiers=StructuralIdentifiers(False, False, False, "exact"),
                                  numeric_plus=True)
@@ -276,7 +299,8 @@ class MySQLEngine(ServerEngine):
     reader = "polysql_ray.replication.mysql_source:MySQLReader"
     sandbox = {"flavours": FLAVOURS, "role": "polysql_reader_<copy hash> (one per copy)", "session_reset": "COM_RESET_CONNECTION",
                "statement_check": "Com_select == 1", "multi_statements": False}
-    error_table = ERRNO_STATUS
+    error_table = {**ERRNO_STATUS, **{(n, prefix): st for n, rules in ERRNO_MESSAGE_STATUS.items()
+                                      for prefix, st in rules}}
     denied_functions = DENIED_FUNCTIONS
     denied_text = DENIED_TEXT
     send_unmodified = True
@@ -384,8 +408,10 @@ class MySQLEngine(ServerEngine):
     def failure(self, e: BaseException, lease, limits: Limits, elapsed_s: float) -> ExecutionResult:
         """Status by error number (:data:`ERRNO_STATUS`)."""
         code = _errno(e)
-        return ExecutionResult.failure(classify(code, ERRNO_STATUS, None, S.RUNTIME),
-                                       f"[{code}] {e.args[1] if len(e.args) > 1 else e}", elapsed_s)
+        text = str(e.args[1] if len(e.args) > 1 else e)
+        status = next((st for prefix, st in ERRNO_MESSAGE_STATUS.get(code, ()) if text.startswith(prefix)),
+                      None) or classify(code, ERRNO_STATUS, None, S.RUNTIME)
+        return ExecutionResult.failure(status, f"[{code}] {text}", elapsed_s)
 
     def run(self, lease, location: str, sql: str, limits: Limits) -> ExecutionResult:
         """Reset the session, select the database, run under the watchdog (module docstring)."""
@@ -465,8 +491,10 @@ class MySQLEngine(ServerEngine):
         return ExecutionResult(S.OK, rows_to_arrow(names, list(rows), types))
 
     def ping(self) -> None:
-        """``SELECT 1`` on a fresh connection, closed after (health probe)."""
-        raw = connect_raw(self.settings)
+        """``SELECT 1`` on a fresh connection, closed after (health probe). It connects as the
+        admin account: the probe asks whether the server answers, and since readers are per copy
+        (:func:`copy_account`) the configured base reader need not exist on the server at all."""
+        raw = connect_raw(self.settings, admin=True)
         try:
             with raw.cursor() as cur:
                 cur.execute("SELECT 1")

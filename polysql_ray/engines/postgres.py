@@ -10,7 +10,8 @@ that schema (``pg_catalog`` stays implicitly first, as always in PostgreSQL), so
 names resolve too. One bounded pool serves every database: a connection belongs to one
 database, and the pool closes the oldest idle connection of another database before opening
 one past ``pool_size`` (``ConnectionPool.acquire(key)``), so 20 Spider databases never take
-more than ``pool_size`` connections per engine.
+more than ``pool_size`` connections per engine (why this is our pool and not
+``psycopg_pool``, which serves one database per pool: :mod:`polysql_ray.engines.servers`).
 
 Sandbox (README "Untrusted SQL"), all enforced by the server, not by us:
 
@@ -230,12 +231,23 @@ class PostgresEngine(ServerEngine):
     # PostgreSQL 15 docs 4.1.1: unquoted names fold to lower case, quoted ones are exact
     identifiers = IdentifierRules(fold="lower", tables_ci=False, columns_ci=False,
                                   reserved=POSTGRES_RESERVED)
-    semantics = Semantics(integer_division=True, nulls_first_asc=False, ci_equals=False, ci_like=False)
+    semantics = Semantics(
+        integer_division=True,   # "Mathematical Functions and Operators": integer division truncates
+        nulls_asc="last", nulls_desc="first",  # "Sorting Rows (ORDER BY)": NULLs sort as larger than
+                                               # any value: NULLS LAST for ASC, NULLS FIRST for DESC
+        ci_equals=False,         # "Collation Support": deterministic collations compare bytes/locale,
+                                 # case-sensitively
+        ci_like=False,           # "Pattern Matching": LIKE is case-sensitive (ILIKE is not)
+        empty_sum_null=True,     # "Aggregate Functions": sum of no rows returns null, not zero
+        string_number="literal",  # "Type Conversion: Operators" 10.2: an unknown-type literal takes the
+                                  # other operand's type; text = integer has no operator (error)
+    )
     structural = StructuralFacts(
         identifiers=StructuralIdentifiers(True, False, False, "exact"),
         portable_nodes=PORTABLE_CORE | PORTABLE_GUARDED,
         ordered_classes=frozenset({"num"}),  # text orders by the locale's collation
-        numeric_plus=True, keywords="postgres.txt")
+        numeric_plus=True, keywords="postgres.txt",
+        double_literals=frozenset())  # 4.1.2.6 "Numeric Constants": numeric unless it fits an integer
     type_map = {"INTEGER": "INTEGER", "SMALLINT": "SMALLINT", "BIGINT": "BIGINT",
                 "DOUBLE": "DOUBLE PRECISION", "VARCHAR": "TEXT", "BLOB": "BYTEA", "DECIMAL": "NUMERIC",
                 "BOOLEAN": "BOOLEAN", "DATE": "DATE", "TIMESTAMP": "TIMESTAMP"}

@@ -11,6 +11,22 @@ and the server replication loaders:
 * :class:`ConnectionPool` - a bounded, thread-safe pool of reusable connections with counters
   (opened / reused / discarded) that the benchmark reports. A connection that the caller marks
   broken is closed and replaced by a fresh one on the next ``acquire``.
+
+  Why our own pool and not ``psycopg_pool`` (issue 25, "libraries where they serve"; psycopg
+  docs, "psycopg_pool - Connection pool implementations"): a ``psycopg_pool.ConnectionPool``
+  serves one ``conninfo``, i.e. one database, while a PostgreSQL replica is one *database* per
+  copy and one engine serves all of them (a Spider sweep: 166 databases). One psycopg pool per
+  database cannot keep the bound this pool keeps (``size`` connections per engine across every
+  database, the oldest idle connection of another database closed first): 20 databases x
+  ``pool_size`` would open 80 connections per actor against the server's ``max_connections``.
+  Building that bound around many psycopg pools would be this class again plus one background
+  scheduler thread per pool (``psycopg_pool`` refills ``min_size`` connections and checks
+  ``max_idle``/``max_lifetime`` in worker threads) in every Ray actor. The same class serves
+  MySQL/MariaDB (pymysql) and Snowflake, where ``psycopg_pool`` does not apply, and its
+  counters are what the benchmark and tests read. The per-statement sandbox (``BEGIN READ
+  ONLY``, ``SET LOCAL statement_timeout``, the per-copy reader role, ``ROLLBACK`` +
+  ``DISCARD ALL`` after each statement) lives in the engines, not in the pool, so it would
+  not change with either pool.
 * :func:`replica_name` - the one naming rule for replicated databases: ``pq_<dataset>_<db_id>``
   (a MySQL database, a PostgreSQL schema).
 
@@ -289,8 +305,11 @@ def rows_to_arrow(names: list[str], rows: list[tuple], fallback_types: list | No
     Types are inferred by Arrow from the values (``Decimal`` -> decimal128, ``date`` ->
     date32, ``datetime`` -> timestamp, ``bytes`` -> binary ...). A column with no non-NULL
     value takes ``fallback_types[i]`` (from the cursor description) when given, else null.
-    A column Arrow cannot infer (mixed Python types, decimals beyond 38 digits) becomes strings
-    via ``str`` - recorded nowhere else, so keep it rare. Duplicate column names are kept.
+    Integers beyond int64 (MySQL ``BIGINT UNSIGNED`` up to 2**64 - 1, a PostgreSQL ``numeric``
+    that is whole) stay numbers: ``uint64`` when none is negative, else ``decimal256(76, 0)``
+    (:func:`_wide_integer_types`); decimals up to 76 digits are Arrow's own ``decimal256``. A
+    column Arrow still cannot hold (mixed Python types, integers beyond 76 digits) becomes
+    strings via ``str`` - recorded nowhere else, so keep it rare. Duplicate column names are kept.
 
     Args:
         names: column names in result order (duplicates allowed).
@@ -309,8 +328,36 @@ def rows_to_arrow(names: list[str], rows: list[tuple], fallback_types: list | No
         try:
             arrays.append(pa.array(col))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
-            arrays.append(pa.array([None if v is None else str(v) for v in col], type=pa.string()))
+            wide = _wide_integers(col)
+            arrays.append(wide if wide is not None else
+                          pa.array([None if v is None else str(v) for v in col], type=pa.string()))
     return pa.Table.from_arrays(arrays, names=list(names))
+
+
+def _wide_integer_types():
+    import pyarrow as pa
+
+    #: (lowest, highest, Arrow type) tried in order for integers Arrow's int64 cannot hold.
+    return ((0, 2**64 - 1, pa.uint64()), (-(10**76) + 1, 10**76 - 1, pa.decimal256(76, 0)))
+
+
+def _wide_integers(col: list):
+    """An exact Arrow array of a column of Python ints (and None) beyond int64, or None when
+    the column holds anything else or an integer beyond 76 digits (:func:`rows_to_arrow`)."""
+    import decimal
+
+    import pyarrow as pa
+
+    values = [v for v in col if v is not None]
+    if not values or not all(type(v) is int for v in values):
+        return None
+    lo, hi = min(values), max(values)
+    for low, high, typ in _wide_integer_types():
+        if low <= lo and hi <= high:
+            if pa.types.is_decimal(typ):
+                return pa.array([None if v is None else decimal.Decimal(v) for v in col], type=typ)
+            return pa.array(col, type=typ)
+    return None
 
 
 def denied_function(sql: str, dialect: str, denied: frozenset[str]) -> str | None:

@@ -40,7 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
-from polysql_ray.engines.declaration import ConnectionBehaviour, StructuralFacts
+from polysql_ray.engines.declaration import ConnectionBehaviour, Semantics, StructuralFacts
 from polysql_ray.engines.identifiers import IdentifierRules
 from polysql_ray.engines.servers import ConnectionPool, ServerEngine, ServerSettings, classify, rows_to_arrow
 from polysql_ray.extras import require
@@ -177,7 +177,17 @@ class SnowflakeEngine(ServerEngine):
     settings = {}
     # Snowflake "Identifier requirements": unquoted names resolve upper case
     identifiers = IdentifierRules(fold="upper", tables_ci=False, columns_ci=False)
-    semantics = None  # not yet documented as flags
+    semantics = Semantics(
+        integer_division=False,  # "Arithmetic Operators": integer / integer is an exact NUMBER with
+                                 # scale >= 6 (7 / 2 = 3.500000)
+        nulls_asc="last", nulls_desc="first",  # "ORDER BY": NULLs are higher than any value by default
+                                               # (DEFAULT_NULL_ORDERING = LAST): last ASC, first DESC
+        ci_equals=False,         # "Collation Support": with no collation strings compare case-sensitively
+        ci_like=False,           # "LIKE": case-sensitive (ILIKE is not)
+        empty_sum_null=True,     # "SUM": NULL when there are no input rows
+        string_number="cast",    # "Data Type Conversion": a VARCHAR compared with a NUMBER is cast to
+                                 # NUMBER (error when it is not numeric)
+    )
     structural = StructuralFacts()  # nothing proven across it yet
     # Snowflake DOUBLE (= FLOAT) is an 8-byte double; NUMBER(38,0) is Snowflake's integer.
     type_map = {"SMALLINT": "SMALLINT", "INTEGER": "INTEGER", "BIGINT": "NUMBER(38,0)", "DOUBLE": "DOUBLE",

@@ -168,11 +168,21 @@ class SqliteEngine(EmbeddedEngine):
     settings = {"progress_steps": 1000, "heap_limit_mb": 256}
     # SQLite "SQL As Understood By SQLite": names resolve case-insensitively, quoted or not
     identifiers = IdentifierRules(fold=None, tables_ci=True, columns_ci=True)
-    semantics = Semantics(integer_division=True, nulls_first_asc=True, ci_equals=False, ci_like=True)
+    semantics = Semantics(
+        integer_division=True,   # "SQL As Understood By SQLite: Expressions": int / int is an integer
+        nulls_asc="first", nulls_desc="last",  # "The SELECT statement" (ORDER BY): NULLs are smaller
+                                               # than any other value
+        ci_equals=False,         # "Datatypes In SQLite" 7: default collation BINARY (memcmp)
+        ci_like=True,            # "Expressions: The LIKE operator": case-insensitive for ASCII by default
+        empty_sum_null=True,     # "Built-in Aggregate Functions": sum() of no non-NULL rows is NULL
+                                 # (total() is 0.0)
+        string_number="affinity",  # "Datatypes In SQLite" 4.2: affinity is applied before comparing
+    )
     structural = StructuralFacts(
         identifiers=StructuralIdentifiers(True, True, True, "ci"),
         portable_nodes=PORTABLE_CORE | PORTABLE_GUARDED, ordered_classes=frozenset({"num", "text"}),
-        numeric_plus=True, left_collation=True, keywords="sqlite.txt")
+        numeric_plus=True, left_collation=True, keywords="sqlite.txt",
+        double_literals=frozenset({"decimal", "exponent", "big_integer"}))  # lang_expr.html "Literal Values"
     type_map = None  # the writer keeps SQLite's own declared types (replication/sqlite_writer.py)
     varchar_with_length = None
     writer = "polysql_ray.replication.sqlite_writer:SqliteWriter"

@@ -1,21 +1,38 @@
 """``openai`` generator: any OpenAI-compatible ``/v1/chat/completions`` endpoint.
 
 Works with ``vllm serve``, SGLang, TGI's OpenAI route, llama.cpp server, or the OpenAI API.
-Transport is the standard library (``urllib.request``): no extra dependency.
+Transport is the official ``openai`` SDK (extra ``openai``: ``pip install 'polysql_ray[openai]'``):
+it builds the request, sends it over ``httpx`` and parses the typed ``ChatCompletion``; its
+exceptions say what went wrong (``APIStatusError`` with the status and headers,
+``APIConnectionError`` / ``APITimeoutError`` for a server that cannot be reached).
+
+Kept here, and why: the retry loop. The SDK's own retries are switched off (``max_retries=0``)
+because their backoff is fixed in the SDK (0.5 s doubling to 8 s, not configurable per client)
+while ours is data in the model config (:class:`RetryPolicy`: ``backoff_s``, ``backoff_max_s``,
+``jitter``, the retryable statuses in :data:`RETRYABLE_HTTP`), and because the outcome of the
+last attempt decides what is stored: a server that stays unreachable or overloaded is a
+``GenStatus.ERROR`` prediction naming the endpoint (infrastructure; the pipeline never scores
+it as the model's answer), never a wrong SQL.
 
 Behaviour (all data, see :class:`RetryPolicy`):
 
 * bounded concurrency: at most ``concurrency`` requests in flight (a thread pool);
 * retries with exponential backoff (``backoff_s * 2**attempt``, capped, ``Retry-After``
-  honoured) on HTTP 429, HTTP 5xx, connection errors and timeouts; other 4xx fail at once;
+  honoured) on HTTP 408/409/425/429/5xx, connection errors, timeouts and malformed JSON; other
+  4xx fail at once;
 * per-request timeout; a dead server gives ``GenStatus.ERROR`` with a clear message after
   the retries, never an exception out of :meth:`OpenAIGenerator.generate`;
-* the API key is read from the environment variable *named* in the config at request time;
-  it is never stored on the object, logged, or put into an error message.
+* the API key is read from the environment variable *named* in the config when a batch starts
+  and handed to a client that lives for that batch only; it is never stored on the generator,
+  logged, or put into an error message (messages also go through
+  :func:`polysql_ray.redaction.redact_text`, so URL credentials in ``base_url`` are masked).
+  Without a key no ``Authorization`` header is sent (the SDK's ``OPENAI_API_KEY`` fallback is
+  not used: the config names the variable).
 
 Reference: OpenAI API "Create chat completion" (``messages``, ``temperature``, ``top_p``,
 ``max_tokens``, ``seed``; response ``choices[0].message.content``, ``finish_reason``,
-``usage.prompt_tokens``/``completion_tokens``); vLLM "OpenAI-Compatible Server" docs.
+``usage.prompt_tokens``/``completion_tokens``); openai-python README ("Retries", "Timeouts",
+"Handling errors"); vLLM "OpenAI-Compatible Server" docs.
 """
 from __future__ import annotations
 
@@ -23,18 +40,16 @@ import json
 import logging
 import os
 import random
-import socket
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from polysql_ray.datasets.example import Example
 from polysql_ray.generation.base import GenStatus, Prediction
 from polysql_ray.generation.extraction import prediction_from_output
 from polysql_ray.generation.prompts import Sampling, generator_fingerprint, render_all
+from polysql_ray.redaction import redact_text
 
 log = logging.getLogger(__name__)
 
@@ -131,74 +146,82 @@ class OpenAIGenerator:
         return generator_fingerprint(self.kind, self.model_id, self.revision, self.sampling,
                                      extra_body=self.extra_body)
 
-    # -- HTTP -------------------------------------------------------------------------
+    # -- HTTP (the openai SDK) --------------------------------------------------------
 
-    def _headers(self) -> dict:
-        h = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key_env:
-            key = os.environ.get(self.api_key_env)
-            if key:
-                h["Authorization"] = f"Bearer {key}"
-        return h
+    def _client(self) -> tuple[Any, bool]:
+        """``(client, keyed)``: an ``openai.OpenAI`` client for one batch (the key read now from
+        ``api_key_env``, SDK retries off) and whether a key was found.
 
-    def _body(self, messages: list[dict]) -> dict:
+        Raises:
+            MissingExtra: the ``openai`` extra is not installed (one line naming it).
+        """
+        from polysql_ray.extras import require
+
+        sdk = require("openai", "the openai generator")
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        # a placeholder keeps the SDK from reading OPENAI_API_KEY; _attempt() then omits the header
+        return sdk.OpenAI(base_url=self.base_url, api_key=key or "no-key", max_retries=0,
+                          timeout=self.retry.timeout_s), bool(key)
+
+    def _request(self, messages: list[dict]) -> dict:
+        """Keyword arguments of ``chat.completions.create`` (the request body)."""
         s = self.sampling
-        body = {"model": self.model_id, "messages": messages, "temperature": s.temperature,
-                "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed, "n": 1}
-        body.update(self.extra_body)
-        return body
+        return {"model": self.model_id, "messages": messages, "temperature": s.temperature,
+                "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed, "n": 1,
+                "extra_body": dict(self.extra_body) or None}
 
-    def _attempt(self, payload: bytes) -> dict:
-        req = urllib.request.Request(self.base_url + "/chat/completions", data=payload,
-                                     headers=self._headers(), method="POST")
+    def _attempt(self, client: Any, keyed: bool, request: dict) -> Any:
+        import openai
+
+        headers = None if keyed else {"Authorization": openai.Omit()}
         try:
-            with urllib.request.urlopen(req, timeout=self.retry.timeout_s) as resp:
-                return json.loads(resp.read().decode("utf-8"))
-        except urllib.error.HTTPError as e:
+            return client.chat.completions.create(**request, extra_headers=headers)
+        except openai.APIStatusError as e:
             try:
-                detail = e.read().decode("utf-8", "replace")[:300]
+                detail = e.response.text[:300]
             except Exception:  # noqa: BLE001 - body unreadable: status alone is enough
                 detail = ""
-            ra = e.headers.get("Retry-After") if e.headers else None
+            ra = e.response.headers.get("Retry-After")
             try:
                 retry_after = float(ra) if ra is not None else None
             except ValueError:
                 retry_after = None
-            raise _Failure(f"HTTP {e.code} from {self.base_url}: {detail}".rstrip(": "),
-                           e.code in RETRYABLE_HTTP, retry_after) from None
-        except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError) as e:
-            reason = getattr(e, "reason", e)
+            raise _Failure(f"HTTP {e.status_code} from {self.base_url}: {detail}".rstrip(": "),
+                           e.status_code in RETRYABLE_HTTP, retry_after) from None
+        except openai.APIConnectionError as e:  # APITimeoutError included
+            reason = e.__cause__ or e
             raise _Failure(f"cannot reach {self.base_url}: {type(reason).__name__}: {reason}", True) from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (json.JSONDecodeError, UnicodeDecodeError, openai.APIResponseValidationError) as e:
             raise _Failure(f"malformed JSON from {self.base_url}: {e}", True) from None
 
-    def _one(self, question_id: str, messages: list[dict]) -> Prediction:
-        payload = json.dumps(self._body(messages)).encode("utf-8")
+    def _one(self, client: Any, keyed: bool, question_id: str, messages: list[dict]) -> Prediction:
+        request = self._request(messages)
         t0 = time.perf_counter()
         last = "no attempt made"
         for attempt in range(self.retry.max_retries + 1):
             try:
-                data = self._attempt(payload)
-                choice = data["choices"][0]
-                text = (choice.get("message") or {}).get("content") or ""
-                usage = data.get("usage") or {}
+                completion = self._attempt(client, keyed, request)
+                choice = completion.choices[0]
+                text = (choice.message.content if choice.message is not None else None) or ""
+                usage = completion.usage
                 return prediction_from_output(
-                    question_id, text, choice.get("finish_reason"),
-                    usage.get("prompt_tokens", 0) or 0, usage.get("completion_tokens", 0) or 0,
+                    question_id, text, choice.finish_reason,
+                    (usage.prompt_tokens if usage else 0) or 0,
+                    (usage.completion_tokens if usage else 0) or 0,
                     time.perf_counter() - t0)
             except _Failure as f:
                 last = str(f)
                 if not f.retryable or attempt == self.retry.max_retries:
                     break
                 wait = self.retry.delay(attempt, f.retry_after)
-                log.warning("openai request %s failed (%s); retry %d/%d in %.2fs", question_id, last,
-                            attempt + 1, self.retry.max_retries, wait)
+                log.warning("openai request %s failed (%s); retry %d/%d in %.2fs", question_id,
+                            redact_text(last), attempt + 1, self.retry.max_retries, wait)
                 time.sleep(wait)
-            except (KeyError, IndexError, TypeError) as e:
+            except (AttributeError, KeyError, IndexError, TypeError) as e:
                 last = f"unexpected response shape from {self.base_url}: {type(e).__name__}: {e}"
                 break
         return Prediction(question_id=question_id, pred_sql="", status=GenStatus.ERROR,
-                          error=f"{last} (after {attempt + 1} attempt(s))",
+                          error=redact_text(f"{last} (after {attempt + 1} attempt(s))"),
                           latency_s=time.perf_counter() - t0)
 
     def chat(self, message_lists: Sequence[list[dict]]) -> list[Prediction]:
@@ -207,9 +230,11 @@ class OpenAIGenerator:
         ``GenStatus.ERROR`` for that item. At most ``concurrency`` requests in flight."""
         if not message_lists:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(message_lists)),
-                                thread_name_prefix="openai-chat") as pool:
-            futures = [pool.submit(self._one, str(i), list(m)) for i, m in enumerate(message_lists)]
+        client, keyed = self._client()
+        with client, ThreadPoolExecutor(max_workers=min(self.concurrency, len(message_lists)),
+                                        thread_name_prefix="openai-chat") as pool:
+            futures = [pool.submit(self._one, client, keyed, str(i), list(m))
+                       for i, m in enumerate(message_lists)]
             return [f.result() for f in futures]
 
     # -- Generator protocol -----------------------------------------------------------
@@ -226,9 +251,13 @@ class OpenAIGenerator:
             out[i] = Prediction(question_id=examples[i].question_id, pred_sql="",
                                 status=GenStatus.ERROR, error=msg)
         todo = [i for i, p in enumerate(prompts) if p is not None]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(todo))),
-                                thread_name_prefix="openai-gen") as pool:
-            futures = {i: pool.submit(self._one, examples[i].question_id, prompts[i].messages) for i in todo}
+        if not todo:
+            return out  # type: ignore[return-value]
+        client, keyed = self._client()
+        with client, ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo)),
+                                        thread_name_prefix="openai-gen") as pool:
+            futures = {i: pool.submit(self._one, client, keyed, examples[i].question_id, prompts[i].messages)
+                       for i in todo}
             for i, fut in futures.items():
                 out[i] = fut.result()
                 out[i].prompt_sha256 = prompts[i].sha256

@@ -78,15 +78,15 @@ def _cached_checker():
             cache: collections.OrderedDict = collections.OrderedDict()
             hits = 0
 
-            def canonical_key(self, sql, dialect, other=None, schema=None):
-                k = (sql, dialect, other, id(schema) if schema is not None else None)
+            def canonical_key(self, sql, dialect, other=None, schema=None, copied_from=None):
+                k = (sql, dialect, other, id(schema) if schema is not None else None, copied_from)
                 hit = self.cache.get(k)
                 if hit is not None:
                     self.cache.move_to_end(k)
                     type(self).hits += 1
                 else:
                     try:
-                        hit = ("ok", super().canonical_key(sql, dialect, other, schema))
+                        hit = ("ok", super().canonical_key(sql, dialect, other, schema, copied_from))
                     except _Unknown as e:
                         hit = ("unknown", str(e))
                     self.cache[k] = hit
