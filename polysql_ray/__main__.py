@@ -55,6 +55,13 @@ def _run(cfg: DictConfig) -> int:
     if stats.exec_reused:
         console.print(f"execution reuse: {stats.exec_reused} needs met by an execution already run or "
                       f"running (gold results shared across models and dialects)")
+    if stats.suite is not None:  # suite EX: what it added (README "Distilled test suites": cost)
+        f = stats.suite.summary()
+        console.print(f"suites: {f['suites']} ({f['suites_reused']} reused, {f['suite_databases']} databases, "
+                      f"build {f['build_s']:.1f}s, copies {f['copies']} in {f['replicate_s']:.1f}s, "
+                      f"{f['copies_failed']} failed) | rows {f['rows']}: {f['rows_on_suite']} passed and ran on "
+                      f"the suite, {f['rows_proven']} proven | suite executions requested "
+                      f"{sum(f['exec_requested'].values())}, unique {sum(f['exec_unique'].values())}")
     for line in stage_lines(stats):
         console.print(f"stage {line}", highlight=False, markup=False)
     console.print(f"store: {root}/scores/**/*.parquet  EX table: {store.location.display(str(csv_path))}  "

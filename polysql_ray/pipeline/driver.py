@@ -22,6 +22,10 @@ their composition):
                           and seconds
 7. :func:`summarize`      the store compacted, the EX table, ``runs/<run_id>/summary.json``
 
+With ``suite.enabled`` (suite EX), :mod:`polysql_ray.pipeline.suite_stage` builds and copies
+the distilled suites after stage 3 and the scheduler runs the predictions that pass on the
+original on them before their rows are stored (stage 6); nothing changes when it is off.
+
 The Ray cluster itself (start or join, lean head, reaper, fit checks, shutdown) is
 :mod:`polysql_ray.pipeline.cluster`.
 
@@ -117,6 +121,7 @@ class RunStats:
     wall_s: float = 0.0
     stage_s: dict = field(default_factory=dict)
     clock: Any = None           # StageClock: first start / last end per stage (runs/<id>/summary.json)
+    suite: Any = None           # SuiteStage when suite.enabled (its figures: summary.json "suite")
 
 
 # ------------------------------------------------------------------ engine settings
@@ -155,6 +160,7 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
     from polysql_ray.engines.registry import engine_fingerprint, engine_for_dialect, identity_fingerprint
     from polysql_ray.extras import check_installed, engine_part
     from polysql_ray.generation.registry import make_generator
+    from polysql_ray.pipeline.suite_stage import suite_identity
 
     sweep = cfg.get("sweep") or {}
     ds_cfgs = [conf_loader("dataset", d) if isinstance(d, str) else d
@@ -186,7 +192,8 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
                      **{("generator", str(m.get("generator"))): f"model {m.get('name')}" for m in model_cfgs}})
 
     policy = ComparisonPolicy.from_config(cfg.get("policy") or {})
-    limits_fp = Limits(**(cfg.get("limits") or {})).fingerprint() + replication_fingerprint(cfg)
+    # suite_identity: "" when suites are off (cell keys unchanged), else the suite version and settings
+    limits_fp = Limits(**(cfg.get("limits") or {})).fingerprint() + replication_fingerprint(cfg) + suite_identity(cfg)
     datasets, sources = {}, {}
     for dcfg in ds_cfgs:
         examples, srcs = load_dataset(dcfg), dataset_sources(dcfg)
@@ -550,7 +557,7 @@ class MalformedWarnings:
 
 def schedule(cfg: dict, grid: Grid, cells: list[Cell], pending: dict, feed, planner: Planner,
              locations: dict, store: ResultsStore, progress: Progress, stats: RunStats, run_id: str,
-             clock, window: int, chunk: int, mode: str) -> None:
+             clock, window: int, chunk: int, mode: str, suite=None) -> None:
     """Plan, execute and score every pending (cell, question) of ``cells``, in grid order, and
     store each scored batch (:class:`~polysql_ray.pipeline.scheduler.Scheduler`).
 
@@ -563,6 +570,7 @@ def schedule(cfg: dict, grid: Grid, cells: list[Cell], pending: dict, feed, plan
             (``pipeline.max_pending_items``).
         chunk: items planned at a time (``pipeline.plan_chunk_items``).
         mode: ``pipeline.structural_check``.
+        suite: the run's :class:`~polysql_ray.pipeline.suite_stage.SuiteStage` (suite EX) or None.
     """
     from polysql_ray.pipeline.scheduler import Scheduler
     from polysql_ray.pipeline.structural import proves_before
@@ -571,7 +579,8 @@ def schedule(cfg: dict, grid: Grid, cells: list[Cell], pending: dict, feed, plan
     pcfg = cfg["pipeline"]
     # embedded replicas: an execution actor rebuilds a copy its node lacks
     recipes = recipes_for([(src, eng, loc) for (ds, db, eng), loc in locations.items()
-                           for src in grid.sources[ds] if src.db_id == db],
+                           for src in grid.sources[ds] if src.db_id == db]
+                          + (suite.replica_triples() if suite is not None else []),
                           os.path.abspath(cfg["replication"]["dir"]),
                           cfg["replication"].get("types", "declared"))
 
@@ -583,7 +592,7 @@ def schedule(cfg: dict, grid: Grid, cells: list[Cell], pending: dict, feed, plan
 
     warnings = MalformedWarnings()
     with Scheduler(cfg, store, progress, stats, run_id, grid.policy, clock,
-                   engine_settings=engine_settings) as sched:
+                   engine_settings=engine_settings, suite=suite) as sched:
         for cell in cells:
             keys = score_keys(grid, cell)
             wanted = None if pending[cell.key] is ALL else set(pending[cell.key])
@@ -707,10 +716,14 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
                 t0 = time.perf_counter()
                 locations = replicate(grid, cells, cfg, progress, stats, clock)  # 3
                 stats.stage_s["replicate"] = time.perf_counter() - t0
+                # suite EX (off: None): suites built/reused and copied like the sources
+                from polysql_ray.pipeline.suite_stage import SuiteStage
+
+                stats.suite = SuiteStage.prepare(cfg, grid, cells, progress, stats, _replicate_task, _server_settings)
                 planner = Planner(grid, locations, stats.failed_replicas)  # 5
                 t0 = time.perf_counter()
                 schedule(cfg, grid, cells, pending, feed, planner, locations, store, progress, stats,
-                         run_id, clock, window, chunk, mode)  # 6
+                         run_id, clock, window, chunk, mode, suite=stats.suite)  # 6
                 stats.stage_s["execute+score"] = time.perf_counter() - t0
     finally:
         if feed is not None:

@@ -25,6 +25,14 @@ in a bounded LRU (``pipeline.exec_cache_size`` entries, most recently used kept)
 iterate model by model over the same questions, so a gold result (and its probes) is found in
 the LRU by every later cell that needs it; an entry evicted and needed again is executed again
 (correct, only slower). ``RunStats.exec_reused`` counts the executions saved this way.
+
+Suite EX (``suite.enabled``; :mod:`polysql_ray.pipeline.suite_stage`). With a ``suite`` stage,
+a scored batch is not written at once: :meth:`SuiteStage.plan` fills the suite columns of the
+rows that do not pass on the original (early exit) and returns the executions the passing
+rows need on the suite databases; those run through the same queues, dedup and LRU as any
+execution (a gold's result on a suite database is computed once per question), as a second
+batch whose "scoring" is :func:`~polysql_ray.pipeline.suite_stage.suite_score`; then the rows
+are written. Without a suite stage nothing here changes.
 """
 from __future__ import annotations
 
@@ -128,7 +136,7 @@ class Scheduler:
     """
 
     def __init__(self, cfg: dict, store, progress, stats, run_id: str, policy, clock: StageClock,
-                 check_fits=None, engine_settings=None) -> None:
+                 check_fits=None, engine_settings=None, suite=None) -> None:
         pcfg = cfg["pipeline"]
         self.cfg, self.progress, self.stats, self.run_id, self.policy, self.clock = \
             cfg, progress, stats, run_id, policy, clock
@@ -164,6 +172,8 @@ class Scheduler:
         self.ptasks: dict[str, int] = {}
         self.stask = progress.add("score", 0)
         self.struct_task: int | None = None
+        self.suite = suite                                   # SuiteStage or None (suite EX off)
+        self.suite_jobs: dict[int, Any] = {}                 # suite batch -> SuiteJob (its rows wait)
 
     # -- feeding -------------------------------------------------------------------------
     def add(self, items: list[WorkItem], requests: dict[str, ExecRequest], job=None) -> None:
@@ -191,29 +201,39 @@ class Scheduler:
             batch = items[i:i + self.score_bs]
             b = self._next_batch
             self._next_batch += 1
-            self.batches[b], self.batch_refs[b], self.missing[b] = batch, {}, 0
+            self.batches[b] = batch
             deps: dict[str, ExecRequest] = {}
             for it in batch:
                 for d in it.deps:
                     req = deps[d] = requests[d]
                     self.stats.exec_requested[req.engine] += 1
-            for d, req in deps.items():
-                if d in self.done:
-                    self.done.move_to_end(d)
-                    self.batch_refs[b][d] = self.done[d]
-                    self.stats.exec_reused += 1
-                elif d in self.waiting_on:
-                    self.waiting_on[d].append(b)
-                    self.missing[b] += 1
-                    self.stats.exec_reused += 1
-                else:
-                    self.waiting_on[d] = [b]
-                    self.missing[b] += 1
-                    self.req_of[d] = req
-                    self.stats.exec_unique[req.engine] += 1
-                    self._queue(req)
-            if self.missing[b] == 0:
-                self.ready.append(b)
+            self._register(b, deps)
+
+    def _register(self, b: int, deps: dict[str, ExecRequest], count=None) -> None:
+        """Batch ``b`` waits on ``deps``: each is reused (done, or running for another batch)
+        or queued; ``b`` is ready once none is missing. ``count(req, new)`` (suite batches)
+        is told each dependency and whether it will run."""
+        self.batch_refs[b], self.missing[b] = {}, 0
+        for d, req in deps.items():
+            if count is not None:
+                self.stats.exec_requested[req.engine] += 1
+                count(req, d not in self.done and d not in self.waiting_on)
+            if d in self.done:
+                self.done.move_to_end(d)
+                self.batch_refs[b][d] = self.done[d]
+                self.stats.exec_reused += 1
+            elif d in self.waiting_on:
+                self.waiting_on[d].append(b)
+                self.missing[b] += 1
+                self.stats.exec_reused += 1
+            else:
+                self.waiting_on[d] = [b]
+                self.missing[b] += 1
+                self.req_of[d] = req
+                self.stats.exec_unique[req.engine] += 1
+                self._queue(req)
+        if self.missing[b] == 0:
+            self.ready.append(b)
 
     def _queue(self, req: ExecRequest) -> None:
         engine = req.engine
@@ -322,6 +342,17 @@ class Scheduler:
     def _score_done(self, ref) -> None:
         b = self.score_inflight.pop(ref)
         table = ray.get(ref)
+        if b in self.suite_jobs:  # a suite phase is done: its rows are complete
+            b = self.suite_jobs.pop(b).batch
+        elif self.suite is not None:  # suite EX: passing rows run on the suite first
+            table, job = self.suite.plan(table, self.batches[b], b)
+            if job is not None:
+                sb = self._next_batch
+                self._next_batch += 1
+                self.suite_jobs[sb] = job
+                self._register(sb, job.requests, self.suite.count)
+                self._pump()
+                return
         self.writer.add(table)
         _count_unavailable(table, self.stats)
         n = len(self.batches.pop(b))
@@ -364,6 +395,16 @@ class Scheduler:
 
         while self.ready and len(self.score_inflight) < self.max_score:
             b = self.ready.popleft()
+            if b in self.suite_jobs:  # the suite phase of a scored batch (module docstring)
+                from polysql_ray.pipeline.suite_stage import suite_score
+
+                keys = sorted(self.suite_jobs[b].requests)
+                ref = suite_score.options(num_cpus=self.score_cpus).remote(
+                    self.suite_jobs[b], keys, [self.batch_refs[b][k] for k in keys], self.policy)
+                self.batch_refs.pop(b)
+                self.missing.pop(b, None)
+                self.score_inflight[ref] = b
+                continue
             batch, refs = self.batches[b], self.batch_refs[b]
             deps = sorted({d for it in batch for d in it.deps})
             index = {d: i for i, d in enumerate(deps)}

@@ -29,6 +29,10 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                                 "not the model's fault, left out of EX"),
     ("unavailable", "unavail", "predictions whose target engine was down; left out of EX, rerun to score"),
     ("ex", "EX", "correct / (n - gold err - unavail), in %"),
+    ("suite_ex", "suite EX", "suite.enabled: correct on the original database and on every database of its "
+                             "distilled suite, in % of the questions with a suite (README: distilled test suites)"),
+    ("suite_gap", "EX-suite", "EX minus suite EX over the same questions, in points: passes on the one "
+                              "database that a suite database shows wrong"),
     ("ex_all", "EX all", "correct / n, in % (published figures count every question)"),
     ("timeouts", "t/o", "predictions stopped by the engine timeout (counted as wrong in EX)"),
     ("ex_no_timeouts", "EX no t/o", "EX with timeouts also left out of the denominator"),
@@ -42,12 +46,15 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 _SCHEMA = pa.schema([(c, pa.string()) if c in (*CELL,) else
-                     (c, pa.float64()) if c in ("ex", "ex_all", "ex_no_timeouts", "ex_unflagged") else (c, pa.int64())
+                     (c, pa.float64()) if c in ("ex", "ex_all", "ex_no_timeouts", "ex_unflagged", "suite_ex",
+                                                "suite_gap") else (c, pa.int64())
                      for c, _, _ in COLUMNS])
 
 
 #: Store columns the EX table reads (:func:`polysql_ray.statistics.ex.ex_table` counts them).
-EX_COLUMNS = ("basis", "flags", "generator", "cell_key")
+EX_COLUMNS = ("basis", "flags", "generator", "cell_key", "suite_verdict")
+#: Columns of the EX table shown only when some cell has suite verdicts (suite.enabled).
+SUITE_TABLE_COLUMNS = ("suite_ex", "suite_gap")
 #: DuckDB memory cap of the end-of-run EX table (it spills to its temp folder beyond it).
 EX_TABLE_MEMORY = "256MB"
 #: Cells aggregated per DuckDB query by the end-of-run EX table (about 30k rows of Spider).
@@ -90,7 +97,7 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
         One row per cell, sorted by dataset, model, level, dialect; empty when nothing is stored.
     """
     if cell_keys is not None and not cell_keys:
-        return _SCHEMA.empty_table()
+        return _SCHEMA.empty_table().drop_columns(list(SUITE_TABLE_COLUMNS))
     import tempfile
 
     import duckdb
@@ -100,7 +107,7 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
     try:
         files = store_files(store)
     except FileNotFoundError:
-        return _SCHEMA.empty_table()
+        return _SCHEMA.empty_table().drop_columns(list(SUITE_TABLE_COLUMNS))
     # only the counted columns, a few cells per query and a memory cap with spilling: the table
     # of a million-row store is aggregated without holding its SQL texts or all its rows. The
     # run's cells have one cell_key per (model, dataset, dialect, level), so cutting by cells
@@ -132,9 +139,15 @@ def ex_table(store: ResultsStore | str | Path, cell_keys: list[str] | None = Non
             "timeouts": r["timeouts"], "ex_no_timeouts": _pct(r["correct"], counted - r["timeouts"]),
             "exec_errors": r["exec_errors"], "proven": r["proven"], "inconclusive": r["inconclusive"],
             "ex_unflagged": _pct(r["correct_unflagged"], r["n_unflagged"]),
+            "suite_ex": _pct(r["suite_correct"], r["suite_n"]),
+            "suite_gap": (round(_pct(r["suite_ex_correct"], r["suite_n"]) - _pct(r["suite_correct"], r["suite_n"]), 2)
+                          if r["suite_n"] else None),
         })
     out.sort(key=lambda r: (r["dataset"], r["model"], r["instruction_level"], r["dialect"]))
-    return pa.Table.from_pylist(out, schema=_SCHEMA)
+    table = pa.Table.from_pylist(out, schema=_SCHEMA)
+    if not any(r["suite_n"] for r in rows):  # no suite verdicts: the table of a run without suites
+        table = table.drop_columns(list(SUITE_TABLE_COLUMNS))
+    return table
 
 
 def csv_bytes(table: pa.Table) -> bytes:
@@ -212,5 +225,7 @@ def write_run_summary(store: ResultsStore, stats) -> Path:
         "wall_s": round(stats.wall_s, 3), "stage_s": {k: round(v, 3) for k, v in stats.stage_s.items()},
         "stages": stats.clock.as_dict() if getattr(stats, "clock", None) is not None else {},
     }
+    if getattr(stats, "suite", None) is not None:  # suite EX: its cost (executions, seconds)
+        doc["suite"] = stats.suite.summary()
     return store.write_bytes(f"runs/{stats.run_id}/summary.json",
                              (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())

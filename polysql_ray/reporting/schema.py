@@ -66,6 +66,12 @@ FIELDS = {
     "fn_space": "failures with a space before a function's '(' that the server's sql_mode refuses",
     "identifier_case": "failures on a name that exists in the source only in another case",
     "standin": "the stand-in that answered instead of the real engine or judge; empty = real",
+    "suite_n": "questions in n with a suite verdict (suite.enabled; 0 = no suites)",
+    "suite_correct": "predictions correct on the original database and on every suite database",
+    "suite_ex_correct": "passing predictions (EX) among suite_n",
+    "suite_unavailable": "predictions whose suite execution could not run (left out of suite EX)",
+    "suite_ex": "suite EX (test-suite accuracy), fraction in [0, 1]",
+    "suite_gap": "EX minus suite EX over the same questions, fraction",
 }
 
 

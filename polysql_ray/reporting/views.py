@@ -147,6 +147,18 @@ def dialect_label(d: str, fake: dict[str, str]) -> str:
     return f"{d} {STANDIN_BADGE}" if d in fake else d
 
 
+def has_suite(rows) -> bool:
+    """Some row carries suite EX counts (``suite.enabled`` runs; :data:`~polysql_ray.statistics.ex.SUITE_FIELDS`)."""
+    return any((r.get("suite_n") or 0) > 0 for r in rows)
+
+
+def _suite_cells(row: dict, d: str, c: dict | None) -> None:
+    """Suite EX and the EX - suite EX gap (points, same questions) of cell ``c`` into ``row``."""
+    row[f"sx:{d}"] = c.get("suite_ex") if c and c.get("suite_n") else None
+    gap = c.get("suite_gap") if c and c.get("suite_n") else None
+    row[f"gap:{d}"] = 100 * gap if _num(gap) else None
+
+
 def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
     """Wide leaderboard: one row per model, EX (pooled) per dialect, mean drop from baseline.
 
@@ -170,6 +182,7 @@ def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
             c = cells.get(d)
             row[f"ex:{d}"] = c["ex"] if c else None
             row[f"ci:{d}"] = (c["ex_lo"], c["ex_hi"]) if c else None
+            _suite_cells(row, d, c)
         row["mean_drop"] = sum(drops[model]) / len(drops[model]) if drops[model] else None
         vals = [row[f"ex:{d}"] for d in pooled if _num(row[f"ex:{d}"])]
         row["mean_ex"] = sum(vals) / len(vals) if vals else None
@@ -188,6 +201,7 @@ def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
             c = gold.get(d)
             row[f"ex:{d}"] = c["ex"] if c else None
             row[f"ci:{d}"] = (c["ex_lo"], c["ex_hi"]) if c else None
+            _suite_cells(row, d, c)  # the gold's own suite portability: the suite EX ceiling
         vals = [row[f"ex:{d}"] for d in pooled if _num(row[f"ex:{d}"])]
         row["mean_ex"] = sum(vals) / len(vals) if vals else None
         b = row.get(f"ex:{base}")
@@ -195,12 +209,16 @@ def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
                    if d != base and _num(b) and _num(row[f"ex:{d}"])]
         row["mean_drop"] = sum(drops_g) / len(drops_g) if drops_g else None
         rows.append(row)
+    suites = has_suite(st.ex_model_dialect)
     cols = [Column("Model", "model")]
     for d in dialects:
         label = dialect_label(d, fake)
         cols.append(Column(f"{label} EX %" if with_ci else label, f"ex:{d}", "pct"))
         if with_ci:
             cols.append(Column(f"{d} 95% CI", f"ci:{d}", "ci"))
+        if suites:  # suite EX beside EX, and the gap (README "Distilled test suites")
+            cols += [Column(f"{d} suite EX %" if with_ci else f"{d} suite", f"sx:{d}", "pct"),
+                     Column(f"{d} gap (pts)" if with_ci else f"{d} gap", f"gap:{d}", "pts")]
     cols += [Column("Mean EX %", "mean_ex", "pct"),
              Column(f"Mean drop vs {base} (pts)" if with_ci else "Drop (pts)", "mean_drop", "pts")]
     left_out = [d for d in dialects if d not in pooled]
@@ -212,6 +230,10 @@ def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
                 + (f"{STANDIN_BADGE}: scored on a stand-in, not the real engine ({', '.join(f'{d}: {fake[d]}' for d in left_out)}); "
                    f"left out of the means (include_standins=true pools them)." if left_out else "")
                 + ("Stand-in dialects are pooled in the means (include_standins=true)." if fake and not left_out else "")
+                + (" Suite EX: correct on the original database and on every database of the question's "
+                   "distilled suite (a suite database where the gold itself is ambiguous is left out); gap = EX "
+                   "minus suite EX over the same questions, in points; on the gold row, the suite EX ceiling."
+                   if suites else "")
                 + " Where each dialect ran: see 'Engines'.",
                 tuple(cols), tuple(rows))
 
@@ -248,7 +270,9 @@ def cells_view(st: Statistics) -> View:
                      "ci": (r["ex_lo"], r["ex_hi"]),
                      "ci_nt": (r["ex_no_timeout_lo"], r["ex_no_timeout_hi"]),
                      "drill": (f"{r['n'] - r['correct']} wrong", drill_href(r)),
-                     "drop_points": d.get("drop_points"), "drop_relative": d.get("drop_relative")})
+                     "drop_points": d.get("drop_points"), "drop_relative": d.get("drop_relative"),
+                     "suite_gap_points": (100 * r["suite_gap"] if r.get("suite_n") and _num(r.get("suite_gap"))
+                                          else None)})
     rows.sort(key=lambda r: (r["dataset"], r["instruction_level"], r["dialect"],
                              -(r["ex"] if _num(r["ex"]) else -1.0), r["model"]))
     cols = (Column("Dataset", "dataset"), Column("Level", "instruction_level"),
@@ -261,6 +285,8 @@ def cells_view(st: Statistics) -> View:
             Column("EX % w/o timeouts", "ex_no_timeout", "pct"),
             Column("Inconclusive", "inconclusive", "int"),
             Column("EX % unflagged", "ex_unflagged", "pct"),
+            *((Column("Suite EX %", "suite_ex", "pct"), Column("EX - suite (pts)", "suite_gap_points", "pts"))
+              if has_suite(st.ex_cells) else ()),
             Column("Fn spacing", "fn_space", "int"), Column("Identifier case", "identifier_case", "int"),
             Column(f"Drop vs {st.config.baseline} (pts)", "drop_points", "pts"),
             Column("Relative drop %", "drop_relative", "pct"))
@@ -318,7 +344,8 @@ def drill_href(cell: dict) -> str:
 def gold_portability_view(st: Statistics) -> View:
     """EX of the gold SQL itself on each dialect: the context of every model's drop."""
     cols = (Column("Dataset", "dataset"), Column("Dialect", "dialect"), Column("n", "n", "int"),
-            Column("Gold SQL EX %", "ex", "pct"), Column("95% CI", "ci", "ci"))
+            Column("Gold SQL EX %", "ex", "pct"), Column("95% CI", "ci", "ci"),
+            *((Column("Gold SQL suite EX %", "suite_ex", "pct"),) if has_suite(st.gold_portability) else ()))
     rows = tuple({**r, "ci": (r["ex_lo"], r["ex_hi"])} for r in st.gold_portability)
     return View("gold-portability", "Gold SQL portability: the gold SQL run unchanged on each dialect",
                 "The gold SQL is written for the source dialect; its EX elsewhere is how much of it "
@@ -489,4 +516,5 @@ def cells_csv_columns() -> Sequence[str]:
             "unavailable", "n", "correct", "ex", "ex_lo", "ex_hi", "timeouts", "inconclusive",
             "n_no_timeout", "ex_no_timeout", "ex_no_timeout_lo", "ex_no_timeout_hi",
             "n_unflagged", "correct_unflagged", "ex_unflagged", "drop_points", "drop_relative",
-            "engine", "engine_version", "standin", "fn_space", "identifier_case")
+            "engine", "engine_version", "standin", "fn_space", "identifier_case",
+            "suite_n", "suite_correct", "suite_ex", "suite_gap")

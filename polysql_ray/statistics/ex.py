@@ -66,6 +66,10 @@ def _ratio(k: int, n: int) -> float:
     return k / n if n else math.nan
 
 
+#: Suite EX counts of every :func:`ex_table` row (0 when the store has no suite verdicts).
+SUITE_FIELDS = ("suite_n", "suite_correct", "suite_ex_correct", "suite_unavailable")
+
+
 def ex_table(
     con: duckdb.DuckDBPyConnection,
     by: Sequence[str] = CELL,
@@ -92,11 +96,25 @@ def ex_table(
         ``ex_no_timeout_lo``, ``ex_no_timeout_hi``; ``n_unflagged``, ``correct_unflagged``,
         ``ex_unflagged``: the same over rows that carry no ambiguity flag
         (:data:`polysql_ray.comparison.policy.AMBIGUITY_FLAGS`). EX is NaN when n == 0.
+        Suite EX (:data:`SUITE_FIELDS`): ``suite_n`` counted rows with a suite verdict,
+        ``suite_correct`` suite-correct among them, ``suite_ex_correct`` EX-correct among
+        them, ``suite_unavailable``; ``suite_ex`` = suite_correct / suite_n and ``suite_gap``
+        = (suite_ex_correct - suite_correct) / suite_n (fractions; NaN when suite_n == 0).
     """
     from polysql_ray.comparison.policy import AMBIGUITY_FLAGS
 
     flagged = ("regexp_matches(coalesce(flags, ''), '(^|,)(" + "|".join(AMBIGUITY_FLAGS)
                + ")(,|$)')")
+    # suite EX (README "Distilled test suites"): over the counted rows that carry a suite
+    # verdict (the question's database has a suite; a suite execution that could not run is
+    # left out, as an unavailable engine is); suite_ex_correct: EX passes among those rows
+    has_suite = "suite_verdict" in {r[0] for r in con.execute(f"DESCRIBE {SCORES_TABLE}").fetchall()}
+    counted = "NOT excluded AND suite_verdict IS NOT NULL AND suite_verdict <> 'unavailable'"
+    suite = (f"count(*) FILTER (WHERE {counted}) AS suite_n, "
+             f"count(*) FILTER (WHERE {counted} AND suite_verdict = 'pass') AS suite_correct, "
+             f"count(*) FILTER (WHERE {counted} AND is_pass) AS suite_ex_correct, "
+             f"count(*) FILTER (WHERE NOT excluded AND suite_verdict = 'unavailable') AS suite_unavailable"
+             if has_suite else "0 AS suite_n, 0 AS suite_correct, 0 AS suite_ex_correct, 0 AS suite_unavailable")
     cols = ", ".join(by)
     group = f"GROUP BY {cols} ORDER BY {cols}" if by else ""
     select = f"{cols}, " if by else ""
@@ -114,12 +132,13 @@ def ex_table(
                              AND starts_with(coalesce(reason, ''), 'pred_')) AS exec_errors,
             count(*) FILTER (WHERE basis = 'proven') AS proven,
             count(*) FILTER (WHERE NOT excluded AND NOT {flagged}) AS n_unflagged,
-            count(*) FILTER (WHERE NOT excluded AND is_pass AND NOT {flagged}) AS correct_unflagged
+            count(*) FILTER (WHERE NOT excluded AND is_pass AND NOT {flagged}) AS correct_unflagged,
+            {suite}
         FROM {SCORES_TABLE} {group}
         """
     ).fetchall()
     names = [*by, "n_total", "gold_errors", "unavailable", "n", "correct", "timeouts", "inconclusive",
-             "exec_errors", "proven", "n_unflagged", "correct_unflagged"]
+             "exec_errors", "proven", "n_unflagged", "correct_unflagged", *SUITE_FIELDS]
     out = []
     for row in rows:
         rec = dict(zip(names, row))
@@ -132,6 +151,9 @@ def ex_table(
         rec["ex_no_timeout_lo"], rec["ex_no_timeout_hi"] = (proportion_ci(k, n2, alpha, ci_method) if ci_method
                                                             else (None, None))
         rec["ex_unflagged"] = _ratio(rec["correct_unflagged"], rec["n_unflagged"])
+        sn = rec["suite_n"]
+        rec["suite_ex"] = _ratio(rec["suite_correct"], sn)
+        rec["suite_gap"] = _ratio(rec["suite_ex_correct"] - rec["suite_correct"], sn)  # EX - suite EX, same rows
         out.append(rec)
     return out
 
@@ -162,7 +184,7 @@ def drop_from_baseline(
         known = {"n_total", "gold_errors", "unavailable", "n", "correct", "timeouts", "inconclusive",
                  "exec_errors", "proven", "n_unflagged", "correct_unflagged"}
         within = [c for c in rows[0] if c != "dialect" and c not in known and not c.startswith("ex")
-                  and c != "n_no_timeout"]
+                  and c != "n_no_timeout" and not c.startswith("suite_")]
     key = lambda r: tuple(r[c] for c in within)  # noqa: E731
     base = {key(r): r for r in rows if r["dialect"] == baseline}
     out = []

@@ -227,17 +227,22 @@ def load_scores(
     if cell_keys is not None:
         conds.append(f"cell_key IN {sql_list(sorted(set(cell_keys)))}")
     where = ("WHERE " + " AND ".join(conds)) if conds else ""
+    source = _raw_source(con, loc, files)
+    # additive columns (suite EX) may be absent from every file of an older store: select
+    # only what the files hold, then add the rest as NULL columns (same names, same types)
+    present = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
     select = "*"
     if columns is not None:
         need = dict.fromkeys((*ANALYSIS_KEY, "key", "scored_at", "verdict", "reason", "pred_status",
                               "policy_version", *columns, "filename"))
-        select = ", ".join(f'"{c}"' for c in need)
+        select = ", ".join(f'"{c}"' for c in need if c in present or c == "filename")
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE raw_scores AS "
-        f"SELECT {select} FROM {_raw_source(con, loc, files)} {where}"
+        f"SELECT {select} FROM {source} {where}"
     )
     if not loc.local:
         con.unregister("_store_parts")
+    _add_missing_columns(con, "raw_scores", present, None if columns is None else set(columns))
     key = ", ".join(ANALYSIS_KEY)
     con.execute(
         f"""
@@ -268,6 +273,17 @@ def load_scores(
     )
     con.execute("DROP TABLE raw_scores")
     return con, LoadSummary(len(files), rows_read, rows_kept, versions)
+
+
+def _add_missing_columns(con, table: str, present: set[str], wanted: set[str] | None) -> None:
+    """Add each additive store column (:data:`~polysql_ray.store.schema.SUITE_COLUMNS`) that
+    ``wanted`` names (all of them when None) and the files lack, as a NULL column of its type."""
+    from polysql_ray.store.schema import SCORE_SCHEMA, SUITE_COLUMNS
+
+    types = {"string": "VARCHAR", "int64": "BIGINT"}
+    for c in SUITE_COLUMNS:
+        if c not in present and (wanted is None or c in wanted):
+            con.execute(f'ALTER TABLE {table} ADD COLUMN "{c}" {types[str(SCORE_SCHEMA.field(c).type)]}')
 
 
 def dataset_index(results_dir: str | Path) -> tuple[dict, dict]:

@@ -88,7 +88,7 @@ import pyarrow.parquet as pq
 
 from polysql_ray.faults import FaultPoints
 from polysql_ray.redaction import redact, redact_text
-from polysql_ray.store.schema import SCORE_SCHEMA
+from polysql_ray.store.schema import SCORE_SCHEMA, conform
 
 log = logging.getLogger("polysql_ray")
 
@@ -630,7 +630,7 @@ class ResultsStore:
         Each part is committed whole (module docstring) under its deterministic name
         (:func:`part_name`). Rows with verdict ``unavailable`` go to ``unavailable/`` instead.
         """
-        rows = rows.select(SCORE_SCHEMA.names).cast(SCORE_SCHEMA)
+        rows = conform(rows)
         out: list[PartPath] = []
         if rows.num_rows == 0:
             return out
@@ -724,8 +724,7 @@ class ResultsStore:
         return pq.read_metadata(path, filesystem=self.location.fs).num_rows
 
     def _concat(self, parts: list[PartPath]) -> pa.Table:
-        return pa.concat_tables([pq.read_table(str(p), filesystem=self.location.fs)
-                                 .select(SCORE_SCHEMA.names).cast(SCORE_SCHEMA) for p in parts])
+        return pa.concat_tables([conform(pq.read_table(str(p), filesystem=self.location.fs)) for p in parts])
 
     def _merge(self, parts: list[str], folder: str, rows: pa.Table) -> int:
         loc = self.location

@@ -19,6 +19,21 @@ Verdict vocabulary (stored verbatim):
   when it did not run; ``trail``: which layers ran and what each decided, in order
   (``structural:equivalent`` or ``structural:unknown>execution:fail``).
 * ``pred_status`` is ``skipped`` when a structural proof made executing the prediction moot.
+
+Suite EX columns (additive, :data:`SUITE_COLUMNS`; null when ``suite.enabled`` is false or the
+question's database has no suite; a store written before them still reads, :func:`conform`):
+
+* ``suite_key``: the suite's identity ``suite-2:<fingerprint[:16]>`` (:meth:`Suite.key`).
+* ``suite_verdict``: ``pass`` when the prediction matches the gold on the original database
+  *and* on every suite database; ``fail`` when it passed on the original and fails on one
+  suite database that decides (one where the gold itself is ambiguous, ties at its LIMIT cut,
+  or where the prediction's verdict is inconclusive, is left out and flagged); ``unavailable``
+  when a suite execution could not run (infrastructure: left out of suite EX);
+  otherwise (no pass on the original) the row's own ``verdict``.
+* ``suite_failed_db``: the first suite database (``<db_id>_<k>``) it failed on (or whose
+  execution was unavailable), "" when none; ``suite_reason``: the comparison reason there;
+  ``suite_flags``: ambiguity flags per suite database, ``<db>:<flag>[+<flag>]`` joined by ``,``;
+  ``suite_dbs``: suite databases that decided (0 when the suite did not run: no pass on the original).
 """
 from __future__ import annotations
 
@@ -60,8 +75,29 @@ SCORE_SCHEMA = pa.schema(
         ("pred_exec_s", pa.float64()),
         ("score_s", pa.float64()),
         ("scored_at", pa.timestamp("us", tz="UTC")),
+        # suite EX (additive: older stores lack them; read through conform())
+        ("suite_key", pa.string()),
+        ("suite_verdict", pa.string()),
+        ("suite_failed_db", pa.string()),
+        ("suite_reason", pa.string()),
+        ("suite_flags", pa.string()),
+        ("suite_dbs", pa.int64()),
     ]
 )
+
+#: Columns added after the first schema: absent from older part files, read as nulls.
+SUITE_COLUMNS = ("suite_key", "suite_verdict", "suite_failed_db", "suite_reason", "suite_flags", "suite_dbs")
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """``table`` with exactly SCORE_SCHEMA's columns, in order and cast: a column the table
+    lacks (a part file written before an additive column existed) becomes all nulls.
+    Errors: pyarrow's own when a present column cannot be cast."""
+    for name in SCORE_SCHEMA.names:
+        if name not in table.column_names:
+            field = SCORE_SCHEMA.field(name)
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table.select(SCORE_SCHEMA.names).cast(SCORE_SCHEMA)
 
 VERDICTS = ("pass", "fail", "inconclusive", "gold_error", "unavailable")
 BASES = ("observed", "proven", "judged")

@@ -15,7 +15,11 @@ queries' literals. Here, for candidate ``i`` of source ``db`` under ``seed``:
 * a row is, with the candidate's ``copy`` probability, a source row (values that keep the
   source's cross-column correlations, a parent key kept when that parent was generated), else
   a draw from a small per-candidate pool of each domain (duplicates and ties), with NULLs at
-  the candidate's rate where the column allows them;
+  the candidate's rate where the column allows them, except in a column a gold reads through
+  ``NOT IN (SELECT col ...)`` (:func:`not_in_columns`): one NULL there makes that gold empty
+  whatever the question (three-valued logic), so the gold would stop being a valid reference
+  and every correct NULL-safe prediction (``LEFT JOIN ... IS NULL``, ``NOT EXISTS``) would
+  fail on that database (read on Spider dev: four such items, all right, in version 1);
 * the row count of each table is drawn up to ``min(source rows, max_rows)``.
 
 A value whose stored form would change the replication's type decision for its column
@@ -167,6 +171,27 @@ def literal_values(gold_sqls: list[str], dialect: str = "sqlite") -> dict[str, l
     return out
 
 
+def not_in_columns(gold_sqls: list[str], dialect: str = "sqlite") -> set[str]:
+    """Column names (lower case) a gold projects in a subquery under ``NOT ... IN (SELECT col
+    ...)``; generation keeps them free of NULLs (module docstring). Unparsable gold gives
+    nothing."""
+    out: set[str] = set()
+    for sql in gold_sqls:
+        try:
+            tree = sqlglot.parse_one(sql, read=dialect)
+        except Exception:  # noqa: BLE001 - unreadable gold: nothing
+            continue
+        for node in (tree.find_all(exp.Not) if tree is not None else ()):
+            inner = node.this.unnest() if isinstance(node.this, exp.Expression) else None
+            query = inner.args.get("query") if isinstance(inner, exp.In) else None
+            sub = query.this if isinstance(query, exp.Subquery) else query
+            if isinstance(sub, exp.Select) and len(sub.expressions) == 1:
+                col = sub.expressions[0].unalias() if isinstance(sub.expressions[0], exp.Alias) else sub.expressions[0]
+                if isinstance(col, exp.Column):
+                    out.add(col.name.lower())
+    return out
+
+
 class _Stored:
     """What SQLite stores for a value in a column of a declared type (affinity), and whether
     that stored value conforms to a replication type family (``typemap.CONFORMS``)."""
@@ -204,6 +229,7 @@ def read_source(path: str | os.PathLike, db_id: str, gold_sqls: list[str] = ()) 
     specs, _ = reader.read_schema(src, types="declared")
     by_name = {t.name: t for t in specs}
     literals = literal_values(list(gold_sqls))
+    never_null = not_in_columns(list(gold_sqls))  # columns kept free of NULLs
     stored = _Stored()
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     con.text_factory = str
@@ -212,14 +238,14 @@ def read_source(path: str | os.PathLike, db_id: str, gold_sqls: list[str] = ()) 
             "SELECT type, sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' "
             "ORDER BY CASE type WHEN 'table' THEN 0 WHEN 'index' THEN 1 ELSE 2 END, rowid")
             if typ in ("table", "index")]
-        tables = [_table(con, spec, by_name, literals, stored) for spec in specs]
+        tables = [_table(con, spec, by_name, literals, stored, never_null) for spec in specs]
     finally:
         con.close()
     return SourceModel(db_id, ddl, tables, reader.content_hash(src))
 
 
 def _table(con: sqlite3.Connection, spec: TableSpec, by_name: dict[str, TableSpec],
-           literals: dict[str, list], stored: _Stored) -> Table:
+           literals: dict[str, list], stored: _Stored, never_null: set[str] = frozenset()) -> Table:
     q = quote_ident(spec.name)
     rows = [tuple(r) for r in con.execute(f"SELECT * FROM {q} ORDER BY rowid")] if _has_rowid(con, q) \
         else sorted((tuple(r) for r in con.execute(f"SELECT * FROM {q}")), key=lambda r: [_typed_key(v) for v in r])
@@ -231,7 +257,8 @@ def _table(con: sqlite3.Connection, spec: TableSpec, by_name: dict[str, TableSpe
         if c.fallback is None and fam is not None:
             check = "VARCHAR(n)" if (fam.check == "VARCHAR" and c.length) else fam.check
         observed = sorted({r[j] for r in rows if r[j] is not None}, key=_typed_key)
-        col = Column(c.name, c.declared_type, c.not_null or c.name in spec.primary_key, check)
+        col = Column(c.name, c.declared_type, c.not_null or c.name in spec.primary_key
+                     or c.name.lower() in never_null, check)
         col.nonconforming = [v for v in observed if fam is not None and c.fallback is not None
                              and not stored.conforms(fam.check, fam.length, v)]
         extra = list(literals.get(c.name.lower(), []))

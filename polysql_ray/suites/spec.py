@@ -3,7 +3,7 @@
 A :class:`Suite` is the distilled set of databases of one source database (one ``db_id``):
 the files, their content fingerprints, the suite's own fingerprint (over the kept databases'
 contents and :data:`SUITE_VERSION`) and the distillation figures. :meth:`Suite.key` is the
-short text a results-store cell key can carry (``suite-1:<fingerprint[:16]>``), so scores
+short text a results-store cell key can carry (``suite-2:<fingerprint[:16]>``), so scores
 under two different suites never mix.
 
 Method: Zhong, Yu and Klein, EMNLP 2020, "Semantic Evaluation for Text-to-SQL with Distilled
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 #: Bumped whenever generation, neighbor rules or distillation change what a seed produces.
-SUITE_VERSION = "suite-1"
+SUITE_VERSION = "suite-2"  # 2: no NULLs in a column a gold reads through NOT IN (subquery)
 
 
 @dataclass(frozen=True)
@@ -25,11 +25,13 @@ class SuiteSettings:
     """``suite.*`` of the configuration (``conf/config.yaml``).
 
     Attributes:
-        enabled: score suite EX beside EX (off by default; the pipeline wiring is a later round).
+        enabled: score suite EX beside EX in sweeps (off by default: the cell keys, and so the
+            stored scores, stay those of runs without suites).
         size: most databases kept per db_id (>= 1).
         seed: the generation seed (any integer); same seed, same suite.
         candidates: databases generated per db_id before distillation (>= size).
         max_rows: most rows per generated table (>= 1).
+        dir: folder of the suite cache a sweep builds into (``""``: ``<results_dir>/suites``).
     """
 
     enabled: bool = False
@@ -37,6 +39,7 @@ class SuiteSettings:
     seed: int = 0
     candidates: int = 40
     max_rows: int = 30
+    dir: str = ""
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | None) -> "SuiteSettings":
@@ -47,6 +50,8 @@ class SuiteSettings:
         if unknown:
             raise ValueError(f"suite: unknown key(s) {unknown}; known: {sorted(known)}")
         out = cls(**cfg)
+        if not isinstance(out.dir, str):
+            raise ValueError(f"suite.dir must be a folder path (got {out.dir!r})")
         if not isinstance(out.enabled, bool):
             raise ValueError(f"suite.enabled must be true or false (got {out.enabled!r})")
         for name, lo in (("size", 1), ("candidates", 1), ("max_rows", 1), ("seed", None)):
