@@ -248,7 +248,9 @@ def parse_args(argv=None):
     ap.add_argument("--engine-args", default='{"enforce_eager": true}', help="JSON: extra vllm.LLM kwargs")
     ap.add_argument("--env", default='{"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}',
                     help="JSON: env of every engine process")
-    ap.add_argument("--raydata-kwargs", default="{}", help="JSON: extra vLLMEngineProcessorConfig kwargs")
+    ap.add_argument("--raydata-kwargs", default='{"log_engine_metrics": false}',
+                    help="JSON: extra vLLMEngineProcessorConfig kwargs (engine metrics off: vLLM's Ray "
+                         "metrics logger imports ray.serve, whose deps the vLLM venv lacks)")
     ap.add_argument("--actors", default="1,2", help="pool sizes to measure")
     ap.add_argument("--skip", default="", help="comma list of a,b1,b2,c to leave out")
     ap.add_argument("--child", help=argparse.SUPPRESS)
