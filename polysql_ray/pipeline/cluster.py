@@ -6,15 +6,15 @@
   process tree through ``/proc``) that takes the cluster down with a driver killed by ``kill -9``.
 * :class:`RunCluster`: started on the run's first need of Ray (a vLLM model, or pending work),
   shut down as soon as the run's work on it is done when the run started it.
-* :func:`check_fits`: fail fast, with the key to change, when the execution actors would
-  reserve every CPU or ask for a custom resource no node has (Ray would wait forever).
+* :func:`check_fits`: fail fast, with the key to change, when the execution actors and the
+  models' actor pools (vLLM) would reserve every CPU or ask for a custom resource no node has (Ray would wait forever).
 """
 from __future__ import annotations
 
 import logging
 import os
 import sys
-from typing import Any
+from typing import Any, Mapping
 
 import ray
 
@@ -256,10 +256,19 @@ def engine_actors(cfg: dict, engine: str, cluster_cpus: float | None = None) -> 
     return max(1, int(cpus // 2))
 
 
-def check_fits(cfg: dict, engines: list[str]) -> None:
-    """Fail fast instead of hanging when the execution actors would reserve every CPU of the
-    cluster and leave none for a scoring task, or ask for a custom resource (``engines.<name>.
-    resources``) that no node has (Ray would wait forever). Errors: :class:`ConfigError`."""
+def check_fits(cfg: dict, engines: list[str], generators: Mapping[str, Any] | None = None) -> None:
+    """Fail fast instead of hanging when the execution actors and the model generators' actor
+    pools would reserve every CPU of the cluster and leave none for a scoring task, or when an
+    engine asks for a custom resource (``engines.<name>.resources``) that no node has (Ray would
+    wait forever).
+
+    Args:
+        engines: the engines whose execution actors the run starts.
+        generators: ``{model: generator}`` of the models the run generates with; a generator
+            with ``ray_cpus()`` (the vLLM pool: ``num_actors`` x ``cpus_per_actor``) holds that
+            many CPUs for the run.
+
+    Errors: :class:`ConfigError` naming the keys to lower."""
     have = ray.cluster_resources()
     for e in engines:
         for name, amount in dict(((cfg.get("engines") or {}).get(e) or {}).get("resources") or {}).items():
@@ -271,12 +280,16 @@ def check_fits(cfg: dict, engines: list[str]) -> None:
     total = have.get("CPU", 0.0)
     reserved = sum(engine_actors(cfg, e, total)
                    * float(((cfg.get("engines") or {}).get(e) or {}).get("num_cpus", 0.5)) for e in engines)
-    need = reserved + float(cfg["pipeline"].get("score_num_cpus", 0.25))
-    if need > total + 1e-9:
+    pools = {m: float(g.ray_cpus()) for m, g in (generators or {}).items() if callable(getattr(g, "ray_cpus", None))}
+    pools = {m: n for m, n in pools.items() if n > 0}
+    score = float(cfg["pipeline"].get("score_num_cpus", 0.25))
+    if reserved + sum(pools.values()) + score > total + 1e-9:
+        held = "".join(f", the actor pool of model {m} {n:g}" for m, n in sorted(pools.items()))
+        keys = " or the model's num_actors / cpus_per_actor" if pools else ""
         raise ConfigError(
-            f"execution actors reserve {reserved:g} CPUs and a scoring task needs "
-            f"{cfg['pipeline'].get('score_num_cpus', 0.25)}, but the Ray cluster has {total:g}: lower "
-            f"engines.<name>.actors / engines.<name>.num_cpus or pipeline.score_num_cpus")
+            f"execution actors reserve {reserved:g} CPUs{held} and a scoring task needs {score:g}, but "
+            f"the Ray cluster has {total:g}: lower engines.<name>.actors / engines.<name>.num_cpus"
+            f"{keys} or pipeline.score_num_cpus")
 
 
 class RunCluster:

@@ -11,8 +11,10 @@ their composition):
 4. generation             :class:`polysql_ray.pipeline.generate.GenerationFeed`: model
                           generators (openai/hf/vllm) run in one thread per model, cells in
                           grid order, ``pipeline.generation_prefetch_cells`` ahead of the
-                          consumer, starting during replication; replay/gold on demand
-5. :class:`Planner`       per chunk of a cell (``pipeline.plan_chunk_items``): work items and
+                          consumer, starting during replication; each cell's predictions are
+                          handed over batch by batch (``pipeline.generation_batch_size``), as
+                          each batch is stored; replay/gold on demand
+5. :class:`Planner`       per chunk of a generated batch (``pipeline.plan_chunk_items``): work items and
                           their executions, planned once; the structural check where it pays
                           (:func:`polysql_ray.pipeline.structural.proves_before`)
 6. :func:`schedule`       :class:`polysql_ray.pipeline.scheduler.Scheduler`: executions on
@@ -26,6 +28,11 @@ original on them before their rows are stored (stage 6); nothing changes when it
 
 The Ray cluster itself (start or join, lean head, reaper, fit checks, shutdown) is
 :mod:`polysql_ray.pipeline.cluster`.
+
+Execution and scoring of a cell start with its first generated batch, before the cell (or the
+sweep) has finished generating: the stage clock shows ``execute[<engine>]`` and ``score``
+starting before ``generate[<model>]`` ends. A generator that fails lets the work already
+planned finish and be stored before the run stops.
 
 The driver keeps at most ``pipeline.max_pending_items`` items between planning and their
 stored row (it waits on the scheduler before planning more), plus one cell's predictions per
@@ -56,7 +63,7 @@ import ray
 from polysql_ray.datasets.example import Example, SourceDatabase
 from polysql_ray.engines.base import Limits
 from polysql_ray.errors import ConfigError, root_message, server_hint
-from polysql_ray.generation.base import GenStatus, Prediction
+from polysql_ray.generation.base import GeneratorUnavailable, GenStatus, Prediction
 from polysql_ray.pipeline.cluster import (  # noqa: F401 (init_ray, ray_init_kwargs: re-exported)
     RunCluster, check_fits, init_ray, ray_init_kwargs,
 )
@@ -463,9 +470,11 @@ class Planner:
         """The database copy of ``db_id`` in ``engine`` (the source itself on its own engine)."""
         return self._where.get((dataset, db_id, engine))
 
-    def plan(self, cell: Cell, indices, keys: list[str], preds: list[Prediction]) \
+    def plan(self, cell: Cell, indices, keys: list[str], preds) \
             -> tuple[list[WorkItem], dict[str, ExecRequest]]:
-        """Items for ``indices`` of ``cell`` and the executions they need (by exec key)."""
+        """Items for ``indices`` of ``cell`` and the executions they need (by exec key);
+        ``preds[i]`` is the Prediction of example ``i`` (a list in example order, or a dict of
+        one generated batch)."""
         from polysql_ray.comparison.prepare import executed_sql
         from polysql_ray.comparison.shape import analyze_gold
         from polysql_ray.engines.registry import default_dialect
@@ -599,27 +608,45 @@ def schedule(cfg: dict, grid: Grid, cells: list[Cell], pending: dict, feed, plan
     with Scheduler(cfg, store, progress, stats, run_id, grid.policy, clock,
                    engine_settings=engine_settings, suite=suite, policies=grid.policies) as sched:
         for cell in cells:
-            # while the model generates this cell, earlier cells keep executing and scoring
-            preds = feed.predictions(cell, timeout=0)
-            while preds is None:
-                progress.tick()  # the log shows a run waiting on its generator
-                if sched.busy():
-                    sched.step(timeout=0.2)
-                preds = feed.predictions(cell, timeout=0 if sched.busy() else 0.5)
             keys = score_keys(grid, cell)
-            todo = range(len(keys)) if pending[cell.key] is ALL else pending[cell.key]
+            wanted = None if pending[cell.key] is ALL else set(pending[cell.key])
             prove = proves_before(mode, cell.target_engine, cfg)
-            for start in range(0, len(todo), chunk):
-                items, requests = planner.plan(cell, todo[start:start + chunk], keys, preds)
-                warnings.check(items)
-                job = (StructuralJob(mode, int(pcfg["score_batch_size"]),
-                                     grid.policies.get(cell.policy, grid.policy), cfg).submit(items)
-                       if prove else None)
-                sched.wait_below(window - len(items))
-                sched.add(items, requests, job)
-            del preds, keys
+            last = False
+            while not last:  # the cell's predictions, batch by batch as they are generated
+                indices, preds, last = _next_batch(feed, cell, sched, progress)
+                todo = [i for i in indices if wanted is None or i in wanted]
+                by_index = dict(zip(indices, preds))
+                for start in range(0, len(todo), chunk):
+                    items, requests = planner.plan(cell, todo[start:start + chunk], keys, by_index)
+                    warnings.check(items)
+                    job = (StructuralJob(mode, int(pcfg["score_batch_size"]),
+                                         grid.policies.get(cell.policy, grid.policy), cfg).submit(items)
+                           if prove else None)
+                    sched.wait_below(window - len(items))
+                    sched.add(items, requests, job)
+                del preds, by_index
+            del keys
         sched.drain()
     warnings.close()
+
+
+def _next_batch(feed, cell: Cell, sched, progress: Progress) -> tuple[list[int], list[Prediction], bool]:
+    """The next generated batch of ``cell`` (:meth:`GenerationFeed.take`). While the model
+    generates it, the work already planned keeps executing and scoring. A generator that fails
+    (:class:`~polysql_ray.generation.base.GeneratorUnavailable`: its engines are gone) first
+    lets the planned work finish and be stored (its predictions are stored: none of it is
+    lost), then raises."""
+    try:
+        got = feed.take(cell, timeout=0)
+        while got is None:
+            progress.tick()  # the log shows a run waiting on its generator
+            if sched.busy():
+                sched.step(timeout=0.2)
+            got = feed.take(cell, timeout=0 if sched.busy() else 0.5)
+        return got
+    except GeneratorUnavailable:
+        sched.drain()
+        raise
 
 
 # ---------------------------------------------------------------------------- 7. summary
@@ -694,10 +721,13 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
             if cells:
                 cluster.start()
                 check_fits(cfg, sorted({c.target_engine for c in cells}
-                                       | {src.engine for c in cells for src in grid.sources[c.dataset]}))
+                                       | {src.engine for c in cells for src in grid.sources[c.dataset]}),
+                           {c.model: grid.generators[c.model] for c in cells})  # pools that will start
                 # 4: model generators start on the first cells while the copies are made
                 feed = GenerationFeed(gen_stage, grid.generators, grid.datasets, cells,
-                                      prefetch=int(pcfg.get("generation_prefetch_cells", 1)), clock=clock)
+                                      prefetch=int(pcfg.get("generation_prefetch_cells", 1)), clock=clock,
+                                      batch_size=int(pcfg.get("generation_batch_size", 0)),
+                                      pending=pending)
                 t0 = time.perf_counter()
                 locations = replicate(grid, cells, cfg, progress, stats, clock)  # 3
                 stats.stage_s["replicate"] = time.perf_counter() - t0
