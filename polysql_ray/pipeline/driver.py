@@ -6,7 +6,7 @@ their composition):
 1. :func:`build_grid`     composed config -> datasets (examples), generators, cells
 2. :func:`pending_work`   which (cell, question) pairs the store lacks, read cell group by
                           cell group (a finished sweep stops here: nothing generated, no Ray)
-3. :func:`replicate`      each (source database, target engine) copy the pending cells need
+3. :func:`~polysql_ray.pipeline.replicate.replicate` each (source database, target engine) copy the pending cells need
                           (cells x sources: known before any prediction), as Ray tasks, verified
 4. generation             :class:`polysql_ray.pipeline.generate.GenerationFeed`: model
                           generators (openai/hf/vllm) run in one thread per model, cells in
@@ -14,7 +14,7 @@ their composition):
                           consumer, starting during replication; each cell's predictions are
                           handed over batch by batch (``pipeline.generation_batch_size``), as
                           each batch is stored; replay/gold on demand
-5. :class:`Planner`       per chunk of a generated batch (``pipeline.plan_chunk_items``): work items and
+5. :class:`~polysql_ray.pipeline.planner.Planner` per chunk of a generated batch (``pipeline.plan_chunk_items``): work items and
                           their executions, planned once; the structural check where it pays
                           (:func:`polysql_ray.pipeline.structural.proves_before`)
 6. :func:`schedule`       :class:`polysql_ray.pipeline.scheduler.Scheduler`: executions on
@@ -58,21 +58,20 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
-
 from polysql_ray.datasets.example import Example, SourceDatabase
 from polysql_ray.engines.base import Limits
-from polysql_ray.errors import ConfigError, root_message, server_hint
-from polysql_ray.generation.base import GeneratorUnavailable, GenStatus, Prediction
+from polysql_ray.errors import ConfigError
+from polysql_ray.generation.base import GeneratorUnavailable, Prediction
 from polysql_ray.pipeline.cluster import (  # noqa: F401 (init_ray, ray_init_kwargs: re-exported)
     RunCluster, check_fits, init_ray, ray_init_kwargs,
 )
-from polysql_ray.pipeline.plan import Cell, ExecRequest, WorkItem, exec_key
+from polysql_ray.pipeline.plan import Cell
+from polysql_ray.pipeline.planner import MalformedWarnings, Planner
 from polysql_ray.pipeline.progress import Progress
+from polysql_ray.pipeline.replicate import replicate, replicate_task, replication_fingerprint
+from polysql_ray.pipeline.settings import engine_settings_of, server_settings
 from polysql_ray.pipeline.structural import StructuralJob
 from polysql_ray.store.parquet import ResultsStore, cell_key, score_key
-
-SCHEDULING_KEYS = ("actors", "num_cpus", "num_gpus", "resources", "exec_cost_ms")  # not engine settings
 
 
 @dataclass
@@ -127,23 +126,6 @@ class RunStats:
     suite: Any = None           # SuiteStage when suite.enabled (its figures: summary.json "suite")
 
 
-# ------------------------------------------------------------------ engine settings
-
-def _server_settings(cfg: dict, engine: str) -> dict | None:
-    """Connection settings of a server engine (None for embedded engines, whose location is a file)."""
-    from polysql_ray.engines.registry import engine_spec
-
-    return None if engine_spec(engine).embedded else _engine_settings(cfg, engine)
-
-
-def _engine_settings(cfg: dict, engine: str) -> dict:
-    """``engines.<engine>`` of the config without the scheduling keys (:data:`SCHEDULING_KEYS`)."""
-    settings = dict((cfg.get("engines") or {}).get(engine) or {})
-    for k in SCHEDULING_KEYS:
-        settings.pop(k, None)
-    return settings
-
-
 # ----------------------------------------------------------------------------- 1. the grid
 
 def _as_list(value, default) -> list:
@@ -189,7 +171,7 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
             raise ConfigError(f"model.name={n!r} cannot name a folder ({name_problem(n)}): "
                               f"use letters, digits, '_', '-' or '.'")
     # optional engines and generators installed? one line naming the extra, before any work
-    check_installed({**{engine_part(engine_for_dialect(d), _engine_settings(cfg, engine_for_dialect(d))):
+    check_installed({**{engine_part(engine_for_dialect(d), engine_settings_of(cfg, engine_for_dialect(d))):
                         f"dialects=[{d}]" for d in dialects},
                      **{("generator", str(m.get("generator"))): f"model {m.get('name')}" for m in model_cfgs}})
 
@@ -236,7 +218,7 @@ def build_grid(cfg: dict, conf_loader) -> Grid:
                     for pol in policies.values():
                         cells.append(Cell(
                             key=cell_key(m["name"], fp, ds, dialect, level, pol.fingerprint(),
-                                         limits_fp + engine_fingerprint(engine, _engine_settings(cfg, engine))
+                                         limits_fp + engine_fingerprint(engine, engine_settings_of(cfg, engine))
                                          + served),
                             model=m["name"], generator=m.get("generator", "?"), generator_fingerprint=fp,
                             dataset=ds, dialect=dialect, target_engine=engine,
@@ -255,8 +237,8 @@ def run_identities(cfg: dict, dialects: list[str], sources: dict) -> tuple[dict,
     from polysql_ray.replication.sources import source_fingerprint
 
     engines = sorted({engine_for_dialect(d) for d in dialects} | {s.engine for ss in sources.values() for s in ss})
-    identities = {e: engine_identity(e, _engine_settings(cfg, e)) for e in engines}
-    fps = {(ds, s.db_id): source_fingerprint(s, _server_settings(cfg, s.engine))
+    identities = {e: engine_identity(e, engine_settings_of(cfg, e)) for e in engines}
+    fps = {(ds, s.db_id): source_fingerprint(s, server_settings(cfg, s.engine))
            for ds, ss in sources.items() for s in ss}
     return identities, fps
 
@@ -346,93 +328,7 @@ def pending_work(grid: Grid, store: ResultsStore, stats: RunStats, group_items: 
 
 # ------------------------------------------------------------------------ 3. replication
 
-def replication_fingerprint(cfg: dict) -> str:
-    """What about the replicas can change a score: the type mode and the type-map and
-    replication versions (part of every cell key, so a run on other replicas never reuses
-    these scores)."""
-    from polysql_ray.replication.base import REPLICATION_VERSION
-    from polysql_ray.replication.typemap import TYPE_MAP_VERSION
-
-    types = (cfg.get("replication") or {}).get("types", "declared")
-    return f"|repl-{types}-tm{TYPE_MAP_VERSION}-r{REPLICATION_VERSION}"
-
-
-@ray.remote
-def _replicate_task(source: SourceDatabase, engine: str, replicas_dir: str, settings: dict | None,
-                    source_settings: dict | None, types: str = "declared"):
-    from polysql_ray.replication.pernode import Recipe, replicate_locked
-
-    t0 = time.perf_counter()  # under the node's build lock: an actor may rebuild it there too
-    replica = replicate_locked(Recipe(source, engine, replicas_dir, types), settings, source_settings)
-    return replica, time.perf_counter() - t0
-
-
-def replicate(grid: Grid, cells: list[Cell], cfg: dict, progress: Progress, stats: RunStats, clock=None):
-    """Ensure a verified copy of every source database of the ``cells``' datasets in every
-    target engine of those cells other than its source engine (known from cells x sources,
-    before any prediction exists). Returns ``{(dataset, db_id, engine): location}``.
-
-    Copies whose manifest matches are reused (seconds). A copy that fails (dead server,
-    data that does not verify) is reported in ``stats.errors`` with the database, engine and
-    the engine's own message; the driver then leaves exactly the work that needed it
-    unscored (a rerun retries it) and scores everything else.
-    """
-    from polysql_ray.replication.sources import prepare
-
-    for ds in sorted({c.dataset for c in cells}):  # install sources (run's settings)
-        for src in grid.sources[ds]:
-            prepare(src, _server_settings(cfg, src.engine))
-    needed: dict[tuple[str, str, str], SourceDatabase] = {}
-    for cell in cells:
-        for src in grid.sources[cell.dataset]:
-            if src.exists and src.engine != cell.target_engine:
-                needed[(src.dataset, src.db_id, cell.target_engine)] = src
-    locations: dict[tuple[str, str, str], str] = {}
-    if not needed:
-        return locations
-    rdir = os.path.abspath(cfg["replication"]["dir"])
-    task = progress.add("replicate", len(needed))
-    if clock is not None:
-        clock.start("replicate")
-    refs = {}
-    for (ds, db, engine), src in sorted(needed.items()):
-        refs[_replicate_task.options(num_cpus=0.5).remote(
-            src, engine, rdir, _server_settings(cfg, engine), _server_settings(cfg, src.engine),
-            cfg["replication"].get("types", "declared"))] = (ds, db, engine)
-    t0 = time.perf_counter()
-    pending = list(refs)
-    errors = []
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        key = refs[done[0]]
-        try:
-            replica, _ = ray.get(done[0])
-            locations[key] = replica.location
-            stats.replicas_reused += bool(replica.reused)
-        except Exception as exc:  # noqa: BLE001 — reported with the database named
-            stats.failed_replicas.add(key)
-            errors.append(f"replicating {key[0]}/{key[1]} into {key[2]} failed: {root_message(exc)}"
-                          f"{server_hint(key[2], str(exc))}")
-        progress.advance(task)
-    stats.replicas = len(locations)
-    stats.replicate_s = time.perf_counter() - t0
-    if clock is not None:
-        clock.end("replicate")
-    stats.errors.extend(_fold(errors))
-    return locations
-
-
-def _fold(errors: list[str], keep: int = 3) -> list[str]:
-    """Many databases failing for one reason (a dead server) read as one error, not nineteen."""
-    by_engine: dict[str, list[str]] = collections.defaultdict(list)
-    for e in errors:
-        by_engine[e.split(" into ", 1)[1].split(" ", 1)[0]].append(e)
-    out = []
-    for engine, errs in sorted(by_engine.items()):
-        out.extend(errs[:keep])
-        if len(errs) > keep:
-            out.append(f"... and {len(errs) - keep} more databases into {engine}")
-    return out
+# :func:`polysql_ray.pipeline.replicate.replicate` (its own module), called by :func:`run`.
 
 
 # ------------------------------------------------------------------------- 4. generation
@@ -443,128 +339,8 @@ def _fold(errors: list[str], keep: int = 3) -> list[str]:
 
 # --------------------------------------------------------------------------- 5. planning
 
-class Planner:
-    """Work items for one chunk of one cell, planned once (after replication, so every
-    replica location is known).
-
-    Args:
-        grid: the sweep grid (``grid.shapes`` caches the gold analysis per unique gold SQL:
-            bounded by the datasets' questions, not by the sweep).
-        locations: ``{(dataset, db_id, engine): location}`` of the replicas.
-        failed: ``{(dataset, db_id, engine)}`` whose copy failed: their items are left out
-            (unscored; a rerun retries them) and counted in :attr:`left_out`.
-    """
-
-    def __init__(self, grid: Grid, locations: dict, failed: set) -> None:
-        self.grid, self.failed = grid, failed
-        self.left_out = 0
-        self._where: dict[tuple[str, str, str], str | None] = {}
-        for ds, srcs in grid.sources.items():
-            for src in srcs:
-                self._where[(ds, src.db_id, src.engine)] = src.location
-        self._where.update(locations)
-        self._gold_sql: dict[tuple[str, str], str] = {}
-        self._pred_shapes: dict[tuple[str, str], object] = {}
-
-    def location(self, dataset: str, db_id: str, engine: str) -> str | None:
-        """The database copy of ``db_id`` in ``engine`` (the source itself on its own engine)."""
-        return self._where.get((dataset, db_id, engine))
-
-    def plan(self, cell: Cell, indices, keys: list[str], preds) \
-            -> tuple[list[WorkItem], dict[str, ExecRequest]]:
-        """Items for ``indices`` of ``cell`` and the executions they need (by exec key);
-        ``preds[i]`` is the Prediction of example ``i`` (a list in example order, or a dict of
-        one generated batch)."""
-        from polysql_ray.comparison.prepare import executed_sql
-        from polysql_ray.comparison.shape import analyze_gold
-        from polysql_ray.engines.registry import default_dialect
-
-        grid, shapes = self.grid, self.grid.shapes
-        policy = grid.policies.get(cell.policy, grid.policy)
-        examples = grid.datasets[cell.dataset]
-        pred_dialect = default_dialect(cell.target_engine)
-        requests: dict[str, ExecRequest] = {}
-        items: list[WorkItem] = []
-
-        def request(engine: str, location: str, sql: str, db_id: str) -> str:
-            key = exec_key(engine, location, sql)
-            if key not in requests:
-                requests[key] = ExecRequest(key, engine, location, sql, db_id)
-            return key
-
-        for i in indices:
-            ex, pred = examples[i], preds[i]
-            if (cell.dataset, ex.db_id, cell.target_engine) in self.failed:
-                self.left_out += 1
-                continue
-            gold = probe = pr = ties = pred_probe = pred_ties = None
-            shape = pred_shape = None
-            if ex.gold_error is None:
-                sk = (ex.gold_sql, ex.gold_dialect, policy.distinct)  # policy.distinct rewrites it
-                if sk not in shapes:
-                    gold_sql = executed_sql(ex.gold_sql, ex.gold_dialect, policy)
-                    shapes[sk] = analyze_gold(gold_sql, ex.gold_dialect)
-                    self._gold_sql[sk] = gold_sql
-                shape, gold_sql = shapes[sk], self._gold_sql[sk]
-                src = ex.database
-                gold = request(ex.source_engine, src.location, gold_sql, ex.db_id)
-                if getattr(shape, "probe_sql", None):
-                    probe = request(ex.source_engine, src.location, shape.probe_sql, ex.db_id)
-                if getattr(shape, "ties_probe_sql", None):
-                    ties = request(ex.source_engine, src.location, shape.ties_probe_sql, ex.db_id)
-                if pred.status is GenStatus.OK and pred.pred_sql.strip():
-                    loc = self.location(ex.dataset, ex.db_id, cell.target_engine)
-                    if loc is not None:
-                        pred_sql = executed_sql(pred.pred_sql, pred_dialect, policy)
-                        pr = request(cell.target_engine, loc, pred_sql, ex.db_id)
-                        pred_shape = self.pred_shape(pred_sql, pred_dialect)
-                        if pred_shape.cut_probe_sql and not pred_shape.static:
-                            pred_probe = request(cell.target_engine, loc, pred_shape.cut_probe_sql, ex.db_id)
-                        if pred_shape.ties_probe_sql and not pred_shape.static:
-                            pred_ties = request(cell.target_engine, loc, pred_shape.ties_probe_sql, ex.db_id)
-            items.append(WorkItem(keys[i], cell, ex, pred, gold, probe, pr, shape, ties_probe=ties,
-                                  pred_shape=pred_shape, pred_probe=pred_probe, pred_ties_probe=pred_ties))
-        return items, requests
-
-    def pred_shape(self, pred_sql: str, dialect: str):
-        """:func:`~polysql_ray.comparison.shape.analyze_prediction` of a prediction, once per
-        unique (SQL, dialect) of the run (models and instruction levels repeat SQL)."""
-        from polysql_ray.comparison.shape import analyze_prediction
-
-        key = (pred_sql, dialect)
-        if key not in self._pred_shapes:
-            if len(self._pred_shapes) >= 100_000:  # bounded: a sweep's distinct SQL can be large
-                self._pred_shapes.clear()
-            self._pred_shapes[key] = analyze_prediction(pred_sql, dialect)
-        return self._pred_shapes[key]
-
-
-class MalformedWarnings:
-    """One line per prediction whose text has no UTF-8 encoding (a lone surrogate), for the
-    first ``show`` of the run; it is refused by the sandbox (``rejected``) and stored escaped;
-    :meth:`close` prints how many more there were."""
-
-    def __init__(self, show: int = 3) -> None:
-        self.show, self.seen = show, 0
-
-    def check(self, items: list[WorkItem]) -> None:
-        """Warn (stderr) for the predictions of ``items`` with malformed text; counts them."""
-        from polysql_ray.engines.guard import malformed_text
-
-        for it in items:
-            msg = malformed_text(it.prediction.pred_sql) if it.prediction.pred_sql else None
-            if not (msg and "surrogate" in msg):
-                continue
-            self.seen += 1
-            if self.seen <= self.show:
-                print(f"polysql_ray: warning: prediction {it.example.question_id!r} of model "
-                      f"{it.cell.model!r}: {msg}; scored as rejected, stored escaped", file=sys.stderr)
-
-    def close(self) -> None:
-        """Print how many malformed predictions were not shown (one line, stderr)."""
-        if self.seen > self.show:
-            print(f"polysql_ray: warning: ... and {self.seen - self.show} more predictions with malformed text",
-                  file=sys.stderr)
+# :class:`polysql_ray.pipeline.planner.Planner` (its own module): built by :func:`run` after
+# replication, used by :func:`schedule` per chunk of a generated batch.
 
 
 # ------------------------------------------------------------------------- 6. scheduling
@@ -599,7 +375,7 @@ def schedule(cfg: dict, grid: Grid, cells: list[Cell], pending: dict, feed, plan
                           cfg["replication"].get("types", "declared"))
 
     def engine_settings(c: dict, engine: str) -> dict:
-        settings = _engine_settings(c, engine)
+        settings = engine_settings_of(c, engine)
         if recipes.get(engine):
             settings["_replica_recipes"] = recipes[engine]
         return settings
@@ -734,7 +510,7 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
                 # suite EX (off: None): suites built/reused and copied like the sources
                 from polysql_ray.pipeline.suite_stage import SuiteStage
 
-                stats.suite = SuiteStage.prepare(cfg, grid, cells, progress, stats, _replicate_task, _server_settings)
+                stats.suite = SuiteStage.prepare(cfg, grid, cells, progress, stats, replicate_task, server_settings)
                 planner = Planner(grid, locations, stats.failed_replicas)  # 5
                 t0 = time.perf_counter()
                 schedule(cfg, grid, cells, pending, feed, planner, locations, store, progress, stats,

@@ -1,0 +1,133 @@
+"""Stage 5 of the driver (:mod:`polysql_ray.pipeline.driver`): work items and the unique
+executions they need, per chunk of a generated batch, planned once after replication (every
+replica location known); warnings for predictions whose text cannot be sent."""
+from __future__ import annotations
+
+import sys
+
+from polysql_ray.generation.base import GenStatus
+from polysql_ray.pipeline.plan import Cell, ExecRequest, WorkItem, exec_key
+
+
+class Planner:
+    """Work items for one chunk of one cell, planned once (after replication, so every
+    replica location is known).
+
+    Args:
+        grid: the sweep grid (:class:`~polysql_ray.pipeline.driver.Grid`; ``grid.shapes`` caches the gold analysis per unique gold SQL:
+            bounded by the datasets' questions, not by the sweep).
+        locations: ``{(dataset, db_id, engine): location}`` of the replicas.
+        failed: ``{(dataset, db_id, engine)}`` whose copy failed: their items are left out
+            (unscored; a rerun retries them) and counted in :attr:`left_out`.
+    """
+
+    def __init__(self, grid, locations: dict, failed: set) -> None:
+        self.grid, self.failed = grid, failed
+        self.left_out = 0
+        self._where: dict[tuple[str, str, str], str | None] = {}
+        for ds, srcs in grid.sources.items():
+            for src in srcs:
+                self._where[(ds, src.db_id, src.engine)] = src.location
+        self._where.update(locations)
+        self._gold_sql: dict[tuple[str, str], str] = {}
+        self._pred_shapes: dict[tuple[str, str], object] = {}
+
+    def location(self, dataset: str, db_id: str, engine: str) -> str | None:
+        """The database copy of ``db_id`` in ``engine`` (the source itself on its own engine)."""
+        return self._where.get((dataset, db_id, engine))
+
+    def plan(self, cell: Cell, indices, keys: list[str], preds) \
+            -> tuple[list[WorkItem], dict[str, ExecRequest]]:
+        """Items for ``indices`` of ``cell`` and the executions they need (by exec key);
+        ``preds[i]`` is the Prediction of example ``i`` (a list in example order, or a dict of
+        one generated batch)."""
+        from polysql_ray.comparison.prepare import executed_sql
+        from polysql_ray.comparison.shape import analyze_gold
+        from polysql_ray.engines.registry import default_dialect
+
+        grid, shapes = self.grid, self.grid.shapes
+        policy = grid.policies.get(cell.policy, grid.policy)
+        examples = grid.datasets[cell.dataset]
+        pred_dialect = default_dialect(cell.target_engine)
+        requests: dict[str, ExecRequest] = {}
+        items: list[WorkItem] = []
+
+        def request(engine: str, location: str, sql: str, db_id: str) -> str:
+            key = exec_key(engine, location, sql)
+            if key not in requests:
+                requests[key] = ExecRequest(key, engine, location, sql, db_id)
+            return key
+
+        for i in indices:
+            ex, pred = examples[i], preds[i]
+            if (cell.dataset, ex.db_id, cell.target_engine) in self.failed:
+                self.left_out += 1
+                continue
+            gold = probe = pr = ties = pred_probe = pred_ties = None
+            shape = pred_shape = None
+            if ex.gold_error is None:
+                sk = (ex.gold_sql, ex.gold_dialect, policy.distinct)  # policy.distinct rewrites it
+                if sk not in shapes:
+                    gold_sql = executed_sql(ex.gold_sql, ex.gold_dialect, policy)
+                    shapes[sk] = analyze_gold(gold_sql, ex.gold_dialect)
+                    self._gold_sql[sk] = gold_sql
+                shape, gold_sql = shapes[sk], self._gold_sql[sk]
+                src = ex.database
+                gold = request(ex.source_engine, src.location, gold_sql, ex.db_id)
+                if getattr(shape, "probe_sql", None):
+                    probe = request(ex.source_engine, src.location, shape.probe_sql, ex.db_id)
+                if getattr(shape, "ties_probe_sql", None):
+                    ties = request(ex.source_engine, src.location, shape.ties_probe_sql, ex.db_id)
+                if pred.status is GenStatus.OK and pred.pred_sql.strip():
+                    loc = self.location(ex.dataset, ex.db_id, cell.target_engine)
+                    if loc is not None:
+                        pred_sql = executed_sql(pred.pred_sql, pred_dialect, policy)
+                        pr = request(cell.target_engine, loc, pred_sql, ex.db_id)
+                        pred_shape = self.pred_shape(pred_sql, pred_dialect)
+                        if pred_shape.cut_probe_sql and not pred_shape.static:
+                            pred_probe = request(cell.target_engine, loc, pred_shape.cut_probe_sql, ex.db_id)
+                        if pred_shape.ties_probe_sql and not pred_shape.static:
+                            pred_ties = request(cell.target_engine, loc, pred_shape.ties_probe_sql, ex.db_id)
+            items.append(WorkItem(keys[i], cell, ex, pred, gold, probe, pr, shape, ties_probe=ties,
+                                  pred_shape=pred_shape, pred_probe=pred_probe, pred_ties_probe=pred_ties))
+        return items, requests
+
+    def pred_shape(self, pred_sql: str, dialect: str):
+        """:func:`~polysql_ray.comparison.shape.analyze_prediction` of a prediction, once per
+        unique (SQL, dialect) of the run (models and instruction levels repeat SQL)."""
+        from polysql_ray.comparison.shape import analyze_prediction
+
+        key = (pred_sql, dialect)
+        if key not in self._pred_shapes:
+            if len(self._pred_shapes) >= 100_000:  # bounded: a sweep's distinct SQL can be large
+                self._pred_shapes.clear()
+            self._pred_shapes[key] = analyze_prediction(pred_sql, dialect)
+        return self._pred_shapes[key]
+
+
+class MalformedWarnings:
+    """One line per prediction whose text has no UTF-8 encoding (a lone surrogate), for the
+    first ``show`` of the run; it is refused by the sandbox (``rejected``) and stored escaped;
+    :meth:`close` prints how many more there were."""
+
+    def __init__(self, show: int = 3) -> None:
+        self.show, self.seen = show, 0
+
+    def check(self, items: list[WorkItem]) -> None:
+        """Warn (stderr) for the predictions of ``items`` with malformed text; counts them."""
+        from polysql_ray.engines.guard import malformed_text
+
+        for it in items:
+            msg = malformed_text(it.prediction.pred_sql) if it.prediction.pred_sql else None
+            if not (msg and "surrogate" in msg):
+                continue
+            self.seen += 1
+            if self.seen <= self.show:
+                print(f"polysql_ray: warning: prediction {it.example.question_id!r} of model "
+                      f"{it.cell.model!r}: {msg}; scored as rejected, stored escaped", file=sys.stderr)
+
+    def close(self) -> None:
+        """Print how many malformed predictions were not shown (one line, stderr)."""
+        if self.seen > self.show:
+            print(f"polysql_ray: warning: ... and {self.seen - self.show} more predictions with malformed text",
+                  file=sys.stderr)
