@@ -148,6 +148,11 @@ def compute_statistics(results_dir: str | Path, config: StatsConfig = StatsConfi
             if len(names) > 1 else []
     finally:
         con.close()
+    if config.policy is not None and names and config.policy not in names:
+        from polysql_ray.errors import ConfigError
+
+        raise ConfigError(f"policy={config.policy}: the store holds no scores under that comparison policy; "
+                          f"its policies: {', '.join(names)}")
     primary = config.policy or ("default" if "default" in names or not names else names[0])
     config = _replace(config, policy=primary)
     con, load = load_scores(results_dir, policy_version=config.policy_version,
