@@ -180,7 +180,8 @@ def test_leaderboard_shows_each_dialects_verdict_agreement_and_nothing_without_i
     page = tmp_path / "snap" / "drill" / "shop__native_gold_duckdb__duckdb__-.html"
     assert page.exists() and "SELECT name FROM item" in page.read_text()
     html = snap.files["html"].read_text()
-    assert "duckdb EX % (verdict agreement 66.7%, n=3)</th>" in html and 'id="native-gold"' in html
+    assert "duckdb EX % (verdict agreement 66.7%, n=3)</th>" in html
+    assert html.index('id="leaderboard"') < html.index('id="native-gold"') < html.index('id="figures"')
     doc = json.loads(snap.files["json"].read_text())
     assert doc["tables"]["native_gold_agreement"][0]["agreement"] == 0.6667
     assert {r["model"] for r in doc["tables"]["ex_model_dialect"]} == {"m1"}
