@@ -84,9 +84,7 @@ def native(argv: list[str]) -> int:
         for d in dialects:
             con.execute(f"DELETE FROM {SCORES_TABLE} WHERE model = ? AND NOT list_contains(?, question_id)",
                         [native_gold.model_name(d), [str(r["question_id"]) for r in sets[d]]])
-        pages = write_drill_pages(rdir, out, con, [
-            {"model": native_gold.model_name(d), "dataset": ds["name"], "dialect": d,
-             "instruction_level": "-"} for d in dialects])
+        pages = write_drill_pages(rdir, out, con, [native_gold.cell(ds["name"], d) for d in dialects])
     finally:
         con.close()
     print(md)

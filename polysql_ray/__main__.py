@@ -10,6 +10,7 @@ Examples::
 from __future__ import annotations
 
 import logging
+import re
 import sys
 
 import hydra
@@ -106,9 +107,42 @@ def _hydra_main(cfg: DictConfig) -> None:
         sys.exit(code)
 
 
+def composition_error(overrides: list[str]) -> str | None:
+    """One line naming what to fix when ``overrides`` (plain ``key=value`` arguments) do not
+    compose (a misspelt key, a bad value, a missing config group option); None when they do.
+    Hydra itself would print several lines, suggest ``+key`` for a misspelt key, and exit 1."""
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            compose(config_name="config", overrides=overrides)
+    except Exception as exc:  # noqa: BLE001 — hydra/omegaconf composition errors of every kind
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        cause = exc.__cause__ or exc.__context__
+        why = str(cause).strip().splitlines()[0] if cause is not None and str(cause).strip() else ""
+        key = re.search(r"Could not override '([^']+)'", first)
+        if key and "not in struct" in why:
+            return (f"no config key {key.group(1)!r}: check its spelling against the README's parameter "
+                    f"table (a key the project does not define cannot be set)")
+        options = re.search(r"Available options in '([^']+)':\n((?:\s+\S+\n?)+)", str(exc))
+        if options:
+            names = ", ".join(options.group(2).split())
+            return f"{first}; available options in {options.group(1)!r}: {names}"
+        return f"{first}{': ' + why if why and why not in first else ''}"
+    return None
+
+
 def main() -> None:
-    """Console-script entry point (``polysql-ray``)."""
+    """Console-script entry point (``polysql-ray``). Plain ``key=value`` overrides are composed
+    first, so a bad one is one line and exit 2 (:func:`composition_error`); Hydra's own flags
+    (``--help``, ``-m``, ``hydra.*``) go to Hydra as they are."""
     logging.getLogger("ray").setLevel(logging.WARNING)
+    args = sys.argv[1:]
+    if args and not any(a.startswith("-") or a.startswith(("hydra.", "hydra/", "+hydra")) for a in args):
+        msg = composition_error(args)
+        if msg is not None:
+            print(f"polysql_ray: error: {redact_text(msg)}", file=sys.stderr)
+            sys.exit(2)
     _hydra_main()
 
 

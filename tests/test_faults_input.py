@@ -369,3 +369,23 @@ def test_a_full_or_read_only_disk_anywhere_is_one_line():
                    "writable, then rerun (everything already stored is kept)")
     assert "Read-only file system" in user_error_message(OSError(errno.EROFS, "Read-only file system"))
     assert user_error_message(OSError(errno.EIO, "I/O error")) is None  # not a disk that is full: a traceback
+
+
+def test_a_misspelt_key_or_missing_option_is_one_line_and_exit_2(tmp_path):
+    """Hydra would print 5 lines, suggest ``+key`` (the wrong fix for a typo) and exit 1."""
+    import subprocess
+    import sys
+
+    from polysql_ray.__main__ import composition_error
+
+    assert composition_error(["dialects=[sqlite]", "limits.timeout_s=5"]) is None
+    assert "no config key 'limits.timeout'" in composition_error(["limits.timeout=5"])
+    msg = composition_error(["model=nosuch"])
+    assert "model/nosuch" in msg and "replay" in msg and "\n" not in msg
+    res = subprocess.run([sys.executable, "-m", "polysql_ray", "dialect=[sqlite]", f"results_dir={tmp_path}"],
+                         capture_output=True, text=True, timeout=600)
+    lines = [x for x in res.stderr.splitlines() if x.startswith("polysql_ray")]
+    assert res.returncode == 2 and lines == [
+        "polysql_ray: error: no config key 'dialect': check its spelling against the README's parameter "
+        "table (a key the project does not define cannot be set)"], res.stderr
+    assert not (tmp_path / "scores").exists()

@@ -358,12 +358,31 @@ def test_a_row_of_literals_never_answers_a_count(db, tmp_path):
     r = score("SELECT count(*) FROM singer", "SELECT 6", db, tmp_path)  # no extra column: as before
     assert r.verdict == "pass"
     # many extra columns of data: a lottery too, beyond policy.max_extra_pred_columns
-    wide = "SELECT " + ", ".join(f"count(*) + {i}" for i in range(-3, 9)) + " FROM singer"
+    wide = "SELECT " + ", ".join(f"count(age) + {i}" for i in range(-3, 9)) + " FROM singer"
     r = score("SELECT count(*) FROM singer", wide, db, tmp_path)
     assert r.verdict == "fail" and r.reason == "column_count"
     r = score("SELECT count(*) FROM singer", wide, db, tmp_path,
               policy=dataclasses.replace(POLICY, max_extra_pred_columns=11))
     assert r.verdict == "pass" and "extra_pred_columns_used" in r.flags
+
+
+def test_a_row_of_guesses_that_read_no_row_never_answers(db, tmp_path):
+    """Functions of literals, aggregates annihilated by arithmetic and uncorrelated scalar
+    subqueries are guesses too when two or more of them sit in one row with extra columns
+    (new-user review: each of these passed before)."""
+    gold = "SELECT count(*) FROM singer"
+    for shotgun in ("SELECT " + ", ".join(f"abs({i})" for i in range(11)),
+                    "SELECT " + ", ".join(f"count(*) * 0 + {i}" for i in range(11)) + " FROM singer"):
+        r = score(gold, shotgun, db, tmp_path)
+        assert r.verdict == "fail" and r.reason == "column_count", shotgun
+    names = "SELECT " + ", ".join(f"(SELECT name FROM singer WHERE id = {i})" for i in range(1, 7))
+    r = score("SELECT name FROM singer WHERE id = 3", names, db, tmp_path)
+    assert r.verdict == "fail" and r.reason == "column_count"
+    # the right single answer, with or without one extra data-free column beside data, still passes
+    assert score(gold, "SELECT count(*), 'x' FROM singer", db, tmp_path).verdict == "pass"
+    assert score(gold, "SELECT count(*), max(age) FROM singer", db, tmp_path).verdict == "pass"
+    assert score("SELECT name FROM singer WHERE id = 3",
+                 "SELECT (SELECT name FROM singer WHERE id = 3)", db, tmp_path).verdict == "pass"
 
 
 def test_extra_columns_of_data_and_harmless_literals_still_pass(db, tmp_path):

@@ -94,7 +94,9 @@ def test_one_job_reports_agreement_disagreements_drill_and_snapshot_field(tmp_pa
     page = rdir / "fidelity" / "drill" / "shop__native_gold_duckdb__duckdb__-.html"
     assert page.exists() and "SELECT name FROM item" in page.read_text()
     st = compute_statistics(rdir)
-    assert st.native_gold_agreement == [{"dataset": "shop", "dialect": "duckdb", "agreement": 0.6667}]
+    assert st.native_gold_agreement == [{"dataset": "shop", "dialect": "duckdb", "agreement": 0.6667, "scored": 3,
+                                         "agree": 2, "disagreements": 1, "by_reason": "row_count 1",
+                                         "report": "fidelity/native_shop.md"}]
     assert "native_gold_agreement" in st.tables()
 
 
@@ -127,3 +129,71 @@ def test_native_sets_of_a_bird_mini_dev_layout(tmp_path):
     sets = native_sets({"name": "bird_mini", "layout": "bird", "root": str(tmp_path), "file": "mini_dev_sqlite.json",
                         "db_dir": "dev_databases"})
     assert sets == {"postgres": [{"question_id": "7", "db_id": "shop", "pred_sql": "SELECT count(id) FROM item"}]}
+
+
+def _store_with_a_model_and_native_gold(tmp_path: Path) -> tuple[Path, Path]:
+    """A real store: model ``m1`` (replay) run on sqlite and duckdb, then the native-gold job
+    into the same results folder. Returns ``(results_dir, dataset file)``."""
+    from jobs.fidelity import main
+    from polysql_ray.config import compose
+    from polysql_ray.pipeline.driver import run
+
+    path = _dataset(tmp_path)
+    rdir = tmp_path / "results"
+    ds = ["dataset=jsonl", "dataset.name=shop", f"dataset.root={path.parent}", f"dataset.file={path.name}",
+          f"results_dir={rdir}", "ray.num_cpus=2"]
+    preds = tmp_path / "m1.jsonl"
+    preds.write_text("".join(json.dumps({"question_id": q, "pred_sql": sql}) + "\n" for q, sql in [
+        ("q1", "SELECT count(*) FROM item"), ("q2", "SELECT avg(price) FROM item"),
+        ("q3", "SELECT name FROM item"), ("q4", "SELECT max(id) FROM item")]))
+    plain, loader, text = compose([*ds, "progress=false", "dialects=[sqlite,duckdb]"])
+    plain["sweep"] = {"name": "m", "models": [{"name": "m1", "generator": "replay", "format": "jsonl",
+                                               "predictions": str(preds)}]}
+    stats, _ = run(plain, loader, text)
+    assert not stats.errors
+    assert main(["step=native", *ds]) == 0
+    return rdir, path
+
+
+def test_leaderboard_shows_each_dialects_verdict_agreement_and_nothing_without_it(tmp_path):
+    """With the job's agreement in the store's folder, the dialect's leaderboard header carries it,
+    a legend line explains it, the native gold is no model row, and its table links a drill page
+    of its disagreements (md, html, json); without it the leaderboard is what it was."""
+    import shutil
+
+    from polysql_ray.reporting.snapshot import write_snapshot
+    from polysql_ray.reporting.views import leaderboard_view
+
+    rdir, _ = _store_with_a_model_and_native_gold(tmp_path)
+    snap = write_snapshot(rdir, tmp_path / "snap", figures=False)
+    lb = leaderboard_view(snap.stats)
+    heads = [c.header for c in lb.columns]
+    assert "duckdb EX % (verdict agreement 66.7%, n=3)" in heads and "sqlite EX %" in heads
+    assert [r["model"] for r in lb.rows] == ["m1"]  # native_gold_duckdb is not a model
+    assert "Verdict agreement (in a dialect's header)" in lb.note and "duckdb: 2 of 3 (shop)" in lb.note
+    assert [c.header for c in leaderboard_view(snap.stats, with_ci=False).columns][1:3] == [
+        "sqlite", "duckdb (agr 66.7%)"]
+    md = snap.files["md"].read_text()
+    assert "| duckdb EX % (verdict agreement 66.7%, n=3) |" in md
+    assert ("| shop | duckdb | 3 | 2 | 66.7 | [20.8, 93.9] | [1 disagreements]"
+            "(drill/shop__native_gold_duckdb__duckdb__-.html) | row_count 1 | fidelity/native_shop.md |") in md
+    page = tmp_path / "snap" / "drill" / "shop__native_gold_duckdb__duckdb__-.html"
+    assert page.exists() and "SELECT name FROM item" in page.read_text()
+    html = snap.files["html"].read_text()
+    assert "duckdb EX % (verdict agreement 66.7%, n=3)</th>" in html
+    assert html.index('id="leaderboard"') < html.index('id="native-gold"') < html.index('id="figures"')
+    doc = json.loads(snap.files["json"].read_text())
+    assert doc["tables"]["native_gold_agreement"][0]["agreement"] == 0.6667
+    assert {r["model"] for r in doc["tables"]["ex_model_dialect"]} == {"m1"}
+    m1_duck = next(r for r in doc["tables"]["ex_model_dialect"] if r["dialect"] == "duckdb")
+
+    shutil.rmtree(rdir / "fidelity")  # the same store without the job's agreement
+    bare = write_snapshot(rdir, tmp_path / "bare", figures=False)
+    lb0 = leaderboard_view(bare.stats)
+    assert [c.header for c in lb0.columns][:4] == ["Model", "sqlite EX %", "sqlite 95% CI", "duckdb EX %"]
+    assert "verdict agreement" not in bare.files["md"].read_text().lower()
+    assert "native-gold" not in bare.files["html"].read_text()
+    assert not list((tmp_path / "bare" / "drill").glob("*native_gold*"))
+    doc0 = json.loads(bare.files["json"].read_text())
+    assert doc0["tables"]["native_gold_agreement"] == []
+    assert next(r for r in doc0["tables"]["ex_model_dialect"] if r["dialect"] == "duckdb") == m1_duck

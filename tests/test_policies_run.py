@@ -75,6 +75,13 @@ def test_adding_a_policy_scores_only_that_policy(ray_session, tmp_path):
     assert sorted(set(table.column("policy").to_pylist())) == ["bird", "default"]
     s3, _ = _run(tmp_path, "policies=[default,bird]")
     assert (s3.items_scored, s3.items_skipped, sum(s3.exec_unique.values())) == (0, 408, 0)
+    # the leaderboard under a policy the store does not hold is one line, not an empty snapshot
+    from jobs.leaderboard import main as leaderboard
+
+    assert leaderboard([f"results_dir={tmp_path}", f"out={tmp_path / 'lb'}", "policy=bird", "figures=false"]) == 0
+    with pytest.raises(ConfigError, match="policy=nonexist: .*its policies: bird, default"):
+        leaderboard([f"results_dir={tmp_path}", f"out={tmp_path / 'lb2'}", "policy=nonexist", "figures=false"])
+    assert not (tmp_path / "lb2").exists()
 
 
 def test_policies_config_errors_are_one_line(tmp_path):

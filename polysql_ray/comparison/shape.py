@@ -341,13 +341,36 @@ _CONSTANT_NODES = (exp.Literal, exp.Null, exp.Boolean, exp.Neg, exp.Paren, exp.C
 
 
 def constant_columns(top: exp.Expression) -> tuple[int, ...]:
-    """Positions of the output columns of a top-level ``SELECT`` that are constants of the
-    text (``SELECT 0, name, 'x' || 'y'`` -> ``(0, 2)``); ``()`` for anything else (a UNION,
-    ``SELECT *``) or when unsure."""
+    """Positions of the output columns of a top-level ``SELECT`` that may not stand for a gold
+    column when the prediction has extra columns (``policy.max_extra_pred_columns``): ``()``
+    for anything else (a UNION, ``SELECT *``) or when unsure.
+
+    * constants of the text: literals and arithmetic on them (``SELECT 0, name, 'x' || 'y'`` ->
+      ``(0, 2)``);
+    * when two or more output columns read no column of the top query's own rows (functions of
+      literals, ``count(*) * 0 + k``, uncorrelated scalar subqueries, ``row_number()``...): all
+      of them. One such column is an answer (``SELECT count(*), 'x'``); a row of them is a
+      list of guesses, one per column, for a one-row answer (``SELECT abs(0), abs(1), ...``,
+      ``SELECT (SELECT name ... id = 1), (SELECT name ... id = 2), ...``), which EX must not
+      pass by picking the column that happens to match."""
     if not isinstance(top, exp.Select) or any(e.is_star for e in top.expressions):  # t.* expands
         return ()
-    return tuple(i for i, e in enumerate(top.expressions)
-                 if all(isinstance(node, _CONSTANT_NODES) for node in e.walk()))
+    literal = {i for i, e in enumerate(top.expressions)
+               if all(isinstance(node, _CONSTANT_NODES) for node in e.walk())}
+    free = {i for i, e in enumerate(top.expressions) if i not in literal and not _reads_top_rows(e, top)}
+    return tuple(sorted(literal | (free if len(free) >= 2 else set())))
+
+
+def _reads_top_rows(e: exp.Expression, top: exp.Select) -> bool:
+    """Whether ``e`` names a column whose nearest enclosing SELECT is ``top`` (a column of the
+    top query's own rows, not one read inside a subquery)."""
+    for col in e.find_all(exp.Column):
+        p = col.parent
+        while p is not None and not isinstance(p, exp.Select):
+            p = p.parent
+        if p is None or p is top:
+            return True
+    return False
 
 
 def _ungrouped_check(tree: exp.Expression) -> exp.Select | None:

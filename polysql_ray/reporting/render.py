@@ -175,6 +175,9 @@ def _sort_value(x: object) -> str:
     return ""
 
 
+#: Views the HTML page shows above the figures (the rest follow them, in report order).
+BEFORE_FIGURES = ("leaderboard", "policies", "engines", "native-gold")
+
 #: Row keys that the page's filters act on -> the ``data-`` attribute name.
 FILTER_KEYS = {"dataset": "dataset", "dialect": "dialect", "instruction_level": "level"}
 
@@ -236,8 +239,10 @@ def render_html(st: Statistics, store_sha256: str, figures: Sequence[tuple[str, 
                    f'(<a href="{html.escape(f)}">full size</a>)</figcaption></figure>'
                    for f, cap in figures)
     views = all_views(st)
-    # the leaderboard and where each dialect ran (engines, stand-ins) come before the figures
-    first, rest = "\n".join(view_html(v) for v in views[:2]), "\n".join(view_html(v) for v in views[2:])
+    # the leaderboard, its policies, where each dialect ran and how far its verdicts can be
+    # trusted come before the figures
+    first = "\n".join(view_html(v) for v in views if v.slug in BEFORE_FIGURES)
+    rest = "\n".join(view_html(v) for v in views if v.slug not in BEFORE_FIGURES)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<title>polysql_ray leaderboard</title>"

@@ -7,7 +7,9 @@ Output folder contents:
 * ``index.html``: static sortable tables + the PNG figures (relative links, no network);
 * the PNG figures of :data:`polysql_ray.reporting.figures.FIGURES`;
 * ``leaderboard.schema.json``: JSON Schema of ``leaderboard.json`` (:mod:`.schema`);
-* ``drill/*.html``: one per-question drill-down page per cell (:mod:`.drill`);
+* ``drill/*.html``: one per-question drill-down page per cell (:mod:`.drill`), and one per
+  native gold set of ``jobs.fidelity step=native`` (its disagreements; linked from the
+  'Native-gold agreement' table);
 * ``manifest.json``: store sha256, package versions, git SHA, policy versions, timestamp.
 """
 from __future__ import annotations
@@ -100,6 +102,18 @@ def write_snapshot(results_dir: str | Path, out_dir: str | Path,
                 files[f"drill{i}"] = p
         finally:
             con.close()
+        if st.native_gold_agreement:  # the native gold's disagreements (its models are not in ex_cells)
+            from polysql_ray.statistics.native_gold import cell, drop_missing
+
+            con, _ = load_scores(results_dir, policy_version=config.policy_version, counting=config.counting,
+                                 policy=st.policy)
+            try:
+                drop_missing(con)
+                cells = [cell(r["dataset"], r["dialect"]) for r in st.native_gold_agreement]
+                for i, p in enumerate(write_drill_pages(results_dir, out, con, cells)):
+                    files[f"native_drill{i}"] = p
+            finally:
+                con.close()
     manifest = build_manifest(results_dir, digest, list(st.load.policy_versions), files,
                               extra=st.meta())
     mp = out / "manifest.json"

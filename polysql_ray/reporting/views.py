@@ -159,14 +159,75 @@ def _suite_cells(row: dict, d: str, c: dict | None) -> None:
     row[f"gap:{d}"] = 100 * gap if _num(gap) else None
 
 
+def native_agreement(st: Statistics) -> dict[str, dict]:
+    """``{dialect: {"agreement", "scored", "agree", "datasets"}}``: each dialect's verdict
+    agreement on independently written native gold, pooled over datasets
+    (:func:`polysql_ray.statistics.native_gold.pooled_agreement`); empty when
+    ``jobs.fidelity step=native`` has not written into the store's folder."""
+    from polysql_ray.statistics.native_gold import pooled_agreement
+
+    return pooled_agreement(getattr(st, "native_gold_agreement", None) or [])
+
+
+def agreement_label(d: str, label: str, agr: dict[str, dict], with_ci: bool = True) -> str:
+    """The EX column header of dialect ``d``, with its verdict agreement where ``agr`` has it:
+    ``mysql EX % (verdict agreement 97.1%, n=972)`` (terminal width: ``mysql (agr 97.1%)``)."""
+    a = agr.get(d)
+    if a is None:
+        return f"{label} EX %" if with_ci else label
+    if with_ci:
+        return f"{label} EX % (verdict agreement {fmt_pct(a['agreement'])}%, n={a['scored']})"
+    return f"{label} (agr {fmt_pct(a['agreement'])}%)"
+
+
+def _agreement_note(agr: dict[str, dict]) -> str:
+    """The leaderboard's legend line of the verdict agreements (empty without any)."""
+    if not agr:
+        return ""
+    each = "; ".join(f"{d}: {a['agree']} of {a['scored']} ({', '.join(a['datasets'])})" for d, a in sorted(agr.items()))
+    return (f" Verdict agreement (in a dialect's header): the share of gold SQL written independently for "
+            f"that dialect that the evaluator calls correct against the source gold on the same replica "
+            f"(python -m jobs.fidelity step=native), i.e. how far the dialect's verdicts can be trusted; "
+            f"{each}. Every disagreement with its reason: see 'Native-gold agreement'.")
+
+
+def native_gold_view(st: Statistics) -> View:
+    """Per (dataset, dialect): the native gold's verdict agreement, its Wilson 95% CI, the
+    disagreements by reason, and links to their drill-down page and the job's report."""
+    from polysql_ray.statistics.ex import proportion_ci
+    from polysql_ray.statistics.native_gold import cell
+
+    rows = []
+    for r in getattr(st, "native_gold_agreement", None) or []:
+        ci = proportion_ci(r["agree"], r["scored"], st.config.alpha, st.config.ci_method) if r["scored"] else None
+        rows.append({**r, "ci": ci, "drill": (f"{r['disagreements']} disagreements",
+                                              drill_href(cell(r["dataset"], r["dialect"])))})
+    cols = (Column("Dataset", "dataset"), Column("Dialect", "dialect"), Column("Scored", "scored", "int"),
+            Column("Agree", "agree", "int"), Column("Verdict agreement %", "agreement", "pct"),
+            Column("95% CI", "ci", "ci"), Column("Disagreements", "drill", "link"),
+            Column("By reason", "by_reason"), Column("Report", "report"))
+    return View("native-gold", "Native-gold agreement: the evaluator's own error rate per dialect",
+                "Gold SQL written independently for a dialect (SpiderMan's MySQL gold, gold_sql_<dialect> "
+                "columns, overlay files) scored as predictions against the source gold on that dialect's "
+                "replica: each should pass, so the agreement is how far the dialect's verdicts can be "
+                "trusted. Scored leaves out source-gold errors and unavailable engines; inconclusive counts "
+                "as a disagreement. Each disagreement is an evaluator error, a dialect difference the policy "
+                "does not absorb, or two golds that ask different things (the report, relative to the "
+                "results folder, lists each). Empty until python -m jobs.fidelity step=native has run.",
+                cols, tuple(rows))
+
+
 def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
-    """Wide leaderboard: one row per model, EX (pooled) per dialect, mean drop from baseline.
+    """Wide leaderboard: one row per model, EX (pooled) per dialect, mean drop from baseline;
+    a dialect's header carries its verdict agreement on native gold when the store has it
+    (:func:`native_agreement`).
 
     Args:
         with_ci: add a 95% CI column per dialect (False gives a terminal-width table).
     """
     dialects = dialect_order(st)
     fake = standins(st)
+    agr = native_agreement(st)
     pooled = [d for d in dialects if st.config.include_standins or d not in fake]  # the means' dialects
     by_model: dict[str, dict] = defaultdict(dict)
     for r in st.ex_model_dialect:
@@ -219,7 +280,7 @@ def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
     cols = [Column("Model", "model")]
     for d in dialects:
         label = dialect_label(d, fake)
-        cols.append(Column(f"{label} EX %" if with_ci else label, f"ex:{d}", "pct"))
+        cols.append(Column(agreement_label(d, label, agr, with_ci), f"ex:{d}", "pct"))
         if with_ci:
             cols.append(Column(f"{d} 95% CI", f"ci:{d}", "ci"))
         if suites:  # suite EX beside EX, and the gap (README "Distilled test suites")
@@ -244,6 +305,7 @@ def leaderboard_view(st: Statistics, with_ci: bool = True) -> View:
                    "distilled suite (a suite database where the gold itself is ambiguous is left out); gap = EX "
                    "minus suite EX over the same questions, in points; on the gold row, the suite EX ceiling."
                    if suites else "")
+                + _agreement_note(agr)
                 + " Where each dialect ran: see 'Engines'."
                 + (f" Columns '[policy]': EX of the same executions under that comparison policy "
                    f"(the other columns: policy {primary}); see 'EX under each policy'." if others else ""),
@@ -546,7 +608,8 @@ def judge_views(st: Statistics) -> list[View]:
 def all_views(st: Statistics) -> list[View]:
     """Every view, in report order."""
     return [leaderboard_view(st), *[v for v in (policies_view(st),) if v is not None],
-            provenance_view(st), gold_portability_view(st), drops_view(st), paired_drops_view(st),
+            provenance_view(st), *([native_gold_view(st)] if getattr(st, "native_gold_agreement", None) else []),
+            gold_portability_view(st), drops_view(st), paired_drops_view(st),
             dataset_view(st), hierarchy_view(st), *pairwise_views(st), *rank_views(st),
             taxonomy_view(st), artefacts_view(st), *judge_views(st), cells_view(st)]
 

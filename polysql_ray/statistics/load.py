@@ -188,6 +188,7 @@ def load_scores(
     columns: tuple[str, ...] | None = None,
     files: list[Path] | None = None,
     policy: str | None = None,
+    exclude_model_prefixes: tuple[str, ...] = (),
 ) -> tuple[duckdb.DuckDBPyConnection, LoadSummary]:
     """Create the deduplicated temp table ``scores`` in a DuckDB connection.
 
@@ -210,6 +211,8 @@ def load_scores(
         policy: keep only rows scored under the comparison policy of this name (column
             ``policy``; rows stored without it count as :data:`LEGACY_POLICY`); None keeps
             every policy (deduplicated per policy: :data:`ANALYSIS_KEY`).
+        exclude_model_prefixes: leave out rows whose ``model`` starts with one of these
+            (``native_gold_``: the native-gold study's replayed gold, not a model).
 
     Returns:
         ``(con, summary)``. Table ``scores`` has all store columns plus
@@ -232,6 +235,8 @@ def load_scores(
         conds.append(f"coalesce(generator, '') NOT IN {sql_list(exclude_generators)}")
     if only_generators:
         conds.append(f"coalesce(generator, '') IN {sql_list(only_generators)}")
+    for prefix in exclude_model_prefixes:
+        conds.append("NOT starts_with(model, " + sql_list([prefix])[1:-1] + ")")
     if cell_keys is not None:
         conds.append(f"cell_key IN {sql_list(sorted(set(cell_keys)))}")
     source = _raw_source(con, loc, files)

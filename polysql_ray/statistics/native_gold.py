@@ -35,6 +35,11 @@ from pathlib import Path
 
 #: model name of a dialect's native gold
 MODEL = "native_gold_{dialect}"
+#: name prefix of every native-gold model (the leaderboard's model tables leave them out: their
+#: figure is the dialect's verdict agreement, :func:`read_agreement`)
+MODEL_PREFIX = MODEL.split("{")[0]
+#: instruction level of a replayed native gold (no prompt: the driver's level of such generators)
+LEVEL = "-"
 
 #: record key of a native gold column (jsonl and any layout whose extras carry it)
 GOLD_COLUMN = re.compile(r"^gold_sql_(?P<dialect>[a-z0-9_]+)$")
@@ -198,12 +203,44 @@ def render_markdown(data: dict, examples: int | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_agreement(results_dir: str | Path) -> dict[str, dict[str, float | None]]:
-    """``dataset -> {dialect: agreement}`` from every ``fidelity/native_<dataset>.json`` of
-    ``results_dir`` (empty when the job has not run): the snapshot's one field per dialect."""
-    out = {}
-    root = Path(str(getattr(results_dir, "uri", results_dir))) / "fidelity"  # object stores: none
+def read_agreement(results_dir: str | Path) -> list[dict]:
+    """One row per (dataset, dialect) from every ``fidelity/native_<dataset>.json`` of
+    ``results_dir`` (empty when the job has not run; object stores: none): ``{"dataset",
+    "dialect", "agreement" (fraction or None), "scored", "agree", "disagreements", "by_reason"
+    (``"values 3, row_count 1"``), "report" (the Markdown report's path relative to
+    ``results_dir``)}``, sorted by dataset and dialect; the leaderboard's column of each dialect."""
+    out = []
+    root = Path(str(getattr(results_dir, "uri", results_dir))) / "fidelity"
     for p in sorted(root.glob("native_*.json")):
         data = json.loads(p.read_text(encoding="utf-8"))
-        out[data["dataset"]] = data["agreement"]
+        for s in data["dialects"]:
+            out.append({"dataset": data["dataset"], "dialect": s["dialect"], "agreement": s["agreement"],
+                        "scored": s["scored"], "agree": s["agree"], "disagreements": len(s["disagreements"]),
+                        "by_reason": ", ".join(f"{k} {v}" for k, v in s["by_reason"].items()),
+                        "report": f"fidelity/{p.stem}.md"})
+    return sorted(out, key=lambda r: (r["dataset"], r["dialect"]))
+
+
+def pooled_agreement(rows: list[dict]) -> dict[str, dict]:
+    """``dialect -> {"agreement", "scored", "agree", "datasets"}`` pooled over the datasets of
+    :func:`read_agreement` rows (``agree / scored`` summed; agreement None when nothing scored)."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        p = out.setdefault(r["dialect"], {"scored": 0, "agree": 0, "datasets": []})
+        p["scored"] += r["scored"]
+        p["agree"] += r["agree"]
+        p["datasets"].append(r["dataset"])
+    for p in out.values():
+        p["agreement"] = p["agree"] / p["scored"] if p["scored"] else None
     return out
+
+
+def cell(dataset: str, dialect: str) -> dict:
+    """The store cell (``model, dataset, dialect, instruction_level``) of one native gold set."""
+    return {"model": model_name(dialect), "dataset": dataset, "dialect": dialect, "instruction_level": LEVEL}
+
+
+def drop_missing(con, table: str = "scores") -> None:
+    """Delete the rows of native-gold models whose question has no native gold (replayed as
+    ``missing``): they are not the study's (the drill pages and agreement leave them out)."""
+    con.execute(f"DELETE FROM {table} WHERE starts_with(model, ?) AND reason = 'missing'", [MODEL_PREFIX])

@@ -8,6 +8,7 @@ from .agreement import difficulty_hierarchy, holm_adjust, pairwise_dialects
 from .artefacts import format_artefacts
 from .provenance import engine_provenance, judge_provenance
 from .ex import drop_from_baseline, ex_table, paired_drop
+from .native_gold import MODEL_PREFIX, read_agreement
 from .load import CELL, DEFAULT_COUNTING, SCORES_TABLE, CountingPolicy, LoadSummary, load_scores
 from .ranking import ALL, model_ranks, rank_instability, rank_intervals
 from .taxonomy import error_taxonomy, judge_taxonomy
@@ -26,6 +27,10 @@ class StatsConfig:
         exclude_generators: rows of these generators are left out. Default ``("gold",)``:
             the gold generator replays the gold SQL as a whole-pipeline sanity check; it is not
             a model and would bias pooled kappa/McNemar and the rankings.
+        exclude_model_prefixes: rows of models whose name starts with one of these are left out.
+            Default ``("native_gold_",)``: ``jobs.fidelity step=native`` replays independently
+            written gold as predictions; its figure is each dialect's verdict agreement
+            (``Statistics.native_gold_agreement``), not a model's EX.
         include_standins: dialects scored on a stand-in engine (``provenance``) count in the
             leaderboard's pooled means; default False: they are shown, badged, but not pooled.
         policy: the comparison policy (row column ``policy``) every table is computed under;
@@ -39,6 +44,7 @@ class StatsConfig:
     p_adjust: str | None = "holm"
     policy_version: str | None = None
     exclude_generators: tuple[str, ...] = ("gold",)
+    exclude_model_prefixes: tuple[str, ...] = (MODEL_PREFIX,)
     counting: CountingPolicy = DEFAULT_COUNTING
     include_standins: bool = False
     policy: str | None = None
@@ -81,8 +87,9 @@ class Statistics:
             ``count ( * )`` refused by the server's sql_mode; ``identifier_case``: a name that
             exists only in another case) (:func:`~polysql_ray.statistics.artefacts.format_artefacts`).
         native_gold_agreement: per (dataset, dialect) the share of independently written native
-            gold the evaluator calls correct (``jobs.fidelity step=native``;
-            :func:`polysql_ray.statistics.native_gold.read_agreement`); empty until it has run.
+            gold the evaluator calls correct, with scored, agree, disagreements and their reasons
+            (``jobs.fidelity step=native``; :func:`polysql_ray.statistics.native_gold.read_agreement`);
+            empty until it has run.
         policy: the comparison policy the other tables are computed under (``StatsConfig.policy``).
         policies: every policy name in the store, ``policy`` first.
         ex_policies: EX per (model, dialect, policy), pooled over datasets and levels, for every
@@ -141,17 +148,24 @@ def compute_statistics(results_dir: str | Path, config: StatsConfig = StatsConfi
     from dataclasses import replace as _replace
 
     con, _ = load_scores(results_dir, policy_version=config.policy_version,
-                         exclude_generators=config.exclude_generators, counting=config.counting)
+                         exclude_generators=config.exclude_generators, counting=config.counting,
+                         exclude_model_prefixes=config.exclude_model_prefixes)
     try:
         names = [r[0] for r in con.execute(f"SELECT DISTINCT policy FROM {SCORES_TABLE} ORDER BY 1").fetchall()]
         ex_policies = ex_table(con, ("model", "dialect", "policy"), config.alpha, config.ci_method) \
             if len(names) > 1 else []
     finally:
         con.close()
+    if config.policy is not None and names and config.policy not in names:
+        from polysql_ray.errors import ConfigError
+
+        raise ConfigError(f"policy={config.policy}: the store holds no scores under that comparison policy; "
+                          f"its policies: {', '.join(names)}")
     primary = config.policy or ("default" if "default" in names or not names else names[0])
     config = _replace(config, policy=primary)
     con, load = load_scores(results_dir, policy_version=config.policy_version,
                             exclude_generators=config.exclude_generators,
+                            exclude_model_prefixes=config.exclude_model_prefixes,
                             counting=config.counting, policy=primary)
     try:
         a, m = config.alpha, config.ci_method
@@ -184,10 +198,7 @@ def compute_statistics(results_dir: str | Path, config: StatsConfig = StatsConfi
         con.close()
     st.gold_portability = gold_portability(results_dir, config)
     st.judges = judge_provenance(results_dir)
-    from polysql_ray.statistics.native_gold import read_agreement
-
-    st.native_gold_agreement = [{"dataset": ds, "dialect": d, "agreement": a}
-                                for ds, by in read_agreement(results_dir).items() for d, a in sorted(by.items())]
+    st.native_gold_agreement = read_agreement(results_dir)
     return st
 
 
