@@ -35,18 +35,14 @@ KEYS = {"dataset": "spider", "root": "../shared/data/spider", "out": "results/su
 
 
 def _golds(root: Path, dataset: str, wanted: set[str]) -> dict[str, tuple[str, list[str]]]:
-    """db_id -> (source path, gold SQL list), from the dataset loader (Spider layout)."""
+    """db_id -> (source path, distinct gold SQL list in dataset order, golds that load), from the
+    dataset loader (Spider layout): the same list a sweep's suite stage passes, so both share a suite."""
     from polysql_ray.datasets.registry import load_dataset
+    from polysql_ray.suites.spec import suite_sources
 
     examples = load_dataset({"name": dataset, "layout": "spider", "root": str(root), "file": "dev.json",
                              "db_dir": "database"})
-    out: dict[str, tuple[str, list[str]]] = {}
-    for e in examples:
-        if wanted and e.db_id not in wanted:
-            continue
-        if not e.database.exists:
-            continue
-        out.setdefault(e.db_id, (e.database.location, []))[1].append(e.gold_sql)
+    out = suite_sources(e for e in examples if not wanted or e.db_id in wanted)
     return dict(sorted(out.items()))
 
 

@@ -172,3 +172,23 @@ def test_a_bad_suite_setting_is_one_line_and_exit_2(arg, capsys):
     assert run_job(PROG, main, ["build", arg]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"{PROG}: error: suite.")
+
+
+@pytest.mark.skipif(not (SPIDER / "database" / "concert_singer" / "concert_singer.sqlite").exists(),
+                    reason="../shared Spider data not present")
+def test_jobs_build_passes_the_golds_a_sweep_passes():
+    """concert_singer repeats golds in dev.json (45 questions, 26 distinct texts): jobs.suites must
+    pass the distinct list a sweep passes, or its cache key (golds hash) misses the sweep's suite."""
+    import json
+
+    from jobs.suites import _golds
+    from polysql_ray.datasets.registry import load_dataset
+    from polysql_ray.suites.spec import suite_sources
+
+    raw = [e["query"] for e in json.loads((SPIDER / "dev.json").read_text()) if e["db_id"] == "concert_singer"]
+    path, golds = _golds(SPIDER, "spider", {"concert_singer"})["concert_singer"]
+    assert len(raw) > len(set(raw)) and len(golds) == len(set(golds))
+    sweep = suite_sources(load_dataset({"name": "spider", "layout": "spider", "root": str(SPIDER),
+                                        "file": "dev.json", "db_dir": "database",
+                                        "source_engine": "sqlite"}))["concert_singer"]
+    assert (path, golds) == sweep

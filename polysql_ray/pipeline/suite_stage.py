@@ -126,6 +126,7 @@ class SuiteStage:
         Returns: the stage, or None when ``suite.enabled`` is false.
         """
         from polysql_ray.datasets.example import SourceDatabase
+        from polysql_ray.suites.spec import suite_sources
 
         settings = settings_of(cfg)
         if not settings.enabled:
@@ -135,12 +136,8 @@ class SuiteStage:
         t0 = time.perf_counter()
         wanted: dict[tuple[str, str], tuple[str, list[str]]] = {}
         for ds in sorted({c.dataset for c in cells}):
-            for ex in grid.datasets[ds]:
-                if ex.source_engine != "sqlite" or not ex.database.exists or ex.gold_error is not None:
-                    continue
-                golds = wanted.setdefault((ds, ex.db_id), (ex.database.location, []))[1]
-                if ex.gold_sql not in golds:
-                    golds.append(ex.gold_sql)
+            for db, inputs in suite_sources(grid.datasets[ds]).items():
+                wanted[(ds, db)] = inputs
         skipped = sorted({(c.dataset, ex.db_id) for c in cells for ex in grid.datasets[c.dataset]
                           if ex.source_engine != "sqlite"})
         if skipped:

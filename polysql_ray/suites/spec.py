@@ -126,3 +126,22 @@ def suite_fingerprint(version: str, fingerprints: list[str]) -> str:
     for fp in fingerprints:
         h.update(b"\0" + fp.encode())
     return h.hexdigest()
+
+
+def suite_sources(examples) -> dict[str, tuple[str, list[str]]]:
+    """The inputs of each db_id's suite: ``db_id -> (SQLite source location, distinct gold SQL
+    texts in dataset order)``, over the examples (``datasets.example.Example``) whose source is
+    SQLite, whose database exists and whose gold loaded (``gold_error is None``).
+
+    The one place this list is decided: a sweep (``pipeline.suite_stage``) and ``jobs.suites``
+    both pass it to :func:`~polysql_ray.suites.suite_for`, whose cache key hashes the golds, so
+    both build, and reuse, the same suite. A gold repeated in the dataset counts once.
+    """
+    out: dict[str, tuple[str, list[str]]] = {}
+    for ex in examples:
+        if ex.source_engine != "sqlite" or not ex.database.exists or ex.gold_error is not None:
+            continue
+        golds = out.setdefault(ex.db_id, (ex.database.location, []))[1]
+        if ex.gold_sql not in golds:
+            golds.append(ex.gold_sql)
+    return out
