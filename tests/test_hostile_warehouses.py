@@ -46,7 +46,13 @@ def test_hostile(targets, engine_name, case, record_property):
     for k, v in (("engine", engine_name), ("attack_class", case.cls), ("attack_s", res.elapsed_s),
                  ("limit_s", LIMITS.timeout_s), ("status", res.status.value)):
         record_property(k, v)
-    expect_status(res, case, STANDIN_EXPECT.get((engine_name, case.name), case.expect))
+    expect = STANDIN_EXPECT.get((engine_name, case.name), case.expect)
+    if engine_name in ("snowflake", "bigquery") and case.cls == "resource_exhaustion":
+        # a stand-in (one local DuckDB-based process) that stops answering under a resource
+        # attack on a loaded machine is infrastructure: `unavailable`, excluded from EX and
+        # rescored, never the model's failure; the replica checks below must still pass
+        expect = set(expect) | {S.UNAVAILABLE}
+    expect_status(res, case, expect)
     assert t.intact(), "ESCAPE: replica content changed"
     check = t.execute(CHECKSUM_SQL, LIMITS)
     assert check.ok and tuple(c[0].as_py() for c in check.table.columns) == source_checksum(), \

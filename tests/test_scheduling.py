@@ -57,6 +57,10 @@ def test_execution_actors_auto_follow_the_cluster_cpus():
     cfg = {"engines": {"sqlite": {"actors": "auto"}, "duckdb": {"actors": 3}}}
     assert [engine_actors(cfg, "sqlite", c) for c in (1.0, 2.0, 3.0, 16.0)] == [1, 1, 1, 8]
     assert engine_actors(cfg, "duckdb", 64.0) == 3
+    # heavy actors: at most a quarter of the cluster per engine (the two-node test's num_cpus=2
+    # on 6 CPUs asked 3 x 2 x 2 engines = 12 before, and the fit check refused its own default)
+    heavy = {"engines": {"sqlite": {"actors": "auto", "num_cpus": 2}}}
+    assert [engine_actors(heavy, "sqlite", c) for c in (6.0, 16.0, 64.0)] == [1, 2, 8]
     assert engine_actors({"engines": {}}, "sqlite", 16.0) == 1  # absent: one, as before
     with pytest.raises(ConfigError, match=r"engines\.sqlite\.actors must be auto"):
         validate({"engines": {"sqlite": {"actors": "many"}}, "pipeline": {}})

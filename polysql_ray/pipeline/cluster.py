@@ -245,15 +245,20 @@ def _start_reaper() -> None:
 
 def engine_actors(cfg: dict, engine: str, cluster_cpus: float | None = None) -> int:
     """Execution actors of ``engine`` (``engines.<engine>.actors``): a whole number as given;
-    ``auto``: one per two CPUs of the cluster, at least 1 -- scoring tasks take one per CPU
+    ``auto``: one per two CPUs of the cluster, at most a quarter of its CPUs reserved
+    (``num_cpus`` per actor), at least 1 -- scoring tasks take one per CPU
     (``pipeline.max_inflight_score: auto``) and an execution actor's work interleaves with
     theirs, so together they keep every core busy. ``cluster_cpus``: the cluster's CPU count
     (default: ``ray.cluster_resources()``, Ray must be up)."""
-    setting = ((cfg.get("engines") or {}).get(engine) or {}).get("actors", 1)
+    ecfg = (cfg.get("engines") or {}).get(engine) or {}
+    setting = ecfg.get("actors", 1)
     if str(setting) != "auto":
         return max(1, int(setting))
     cpus = float(ray.cluster_resources().get("CPU", 1.0)) if cluster_cpus is None else float(cluster_cpus)
-    return max(1, int(cpus // 2))
+    # and never more than a quarter of the cluster's CPUs reserved by one engine's actors
+    # (``num_cpus`` each), so two engines and the scoring tasks always fit (:func:`check_fits`)
+    share = float(ecfg.get("num_cpus", 0.5) or 0.5)
+    return max(1, min(int(cpus // 2), int((cpus / 4) // share)))
 
 
 def check_fits(cfg: dict, engines: list[str], generators: Mapping[str, Any] | None = None) -> None:
