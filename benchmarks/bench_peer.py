@@ -337,6 +337,35 @@ def checkout_ref(ref: str, into: Path) -> Path:
     return into
 
 
+def contender_list(args, work: Path, peer, ours, extra: list[str]) -> list[tuple[str, object]]:
+    """``[(label, run)]`` of a side-by-side benchmark, in order: the peer's loop (``--peer``),
+    our code at ``--baseline`` (checked out under ``work``), ours at HEAD (``--ours``, unless
+    ``--no-ours``) and each ``--variant`` (extra overrides). ``peer()`` and ``ours(label,
+    checkout, overrides)`` run one contender and return its measurement (:func:`measure`).
+    Shared by this script and ``bench_realistic.py``."""
+    out: list[tuple[str, object]] = []
+    if args.peer:
+        out.append(("peer per-set loop", peer))
+    if args.baseline:
+        base = checkout_ref(args.baseline, work / "baseline-src")
+        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", args.baseline],
+                             capture_output=True, text=True).stdout.strip()
+        out.append((f"ours @ {rev} (baseline)", lambda: ours("baseline", base, extra)))
+    if not args.no_ours:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True).stdout.strip()
+        dirty = "+dirty" if subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "-uno"],
+                                           capture_output=True, text=True).stdout.strip() else ""
+        mine = Path(args.ours).resolve()
+        if mine != REPO:
+            dirty = f" ({mine.name})"
+        out.append((f"ours @ {head}{dirty}", lambda: ours("ours", mine, extra)))
+        for i, variant in enumerate(args.variant):
+            out.append((f"ours variant {i + 1}",
+                        functools.partial(ours, f"variant{i + 1}", mine, [*extra, *variant.split()])))
+    return out
+
+
 def at_peak(procs: list[tuple[int, str]]) -> str:
     """``name xN total`` per process name at the tree's peak sample, largest first."""
     by: dict[str, list[int]] = {}
@@ -392,28 +421,9 @@ def main() -> None:
           f"{len(names) * len(keep)} items, dialect sqlite; sets: {', '.join(n for n, _ in names)}")
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start; "
           f"/proc sampled every {args.sample_s} s; work folder {work}")
-    contenders = []
-    if args.peer:
-        contenders.append(("peer per-set loop", lambda: run_peer(args, shared, keep, work, names)))
-    if args.baseline:
-        base = checkout_ref(args.baseline, work / "baseline-src")
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", args.baseline],
-                             capture_output=True, text=True).stdout.strip()
-        contenders.append((f"ours @ {rev} (baseline)",
-                           lambda: run_ours("baseline", base, args, shared, db_ids, work, names, extra)))
-    if not args.no_ours:
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True).stdout.strip()
-        dirty = "+dirty" if subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "-uno"],
-                                           capture_output=True, text=True).stdout.strip() else ""
-        ours = Path(args.ours).resolve()
-        if ours != REPO:
-            dirty = f" ({ours.name})"
-        contenders.append((f"ours @ {head}{dirty}", lambda: run_ours("ours", ours, args, shared, db_ids, work,
-                                                                        names, extra)))
-        for i, variant in enumerate(args.variant):
-            contenders.append((f"ours variant {i + 1}", functools.partial(
-                run_ours, f"variant{i + 1}", ours, args, shared, db_ids, work, names, [*extra, *variant.split()])))
+    contenders = contender_list(
+        args, work, lambda: run_peer(args, shared, keep, work, names),
+        lambda label, checkout, more: run_ours(label, checkout, args, shared, db_ids, work, names, more), extra)
     header = (f"{'':<22} {'wall s':>8} {'vs 1st':>7} {'CPU s':>8} {'tree RSS':>9} {'tree PSS':>9} "
               f"{'largest':>8}  {'largest process':<28} {'procs':>5} {'EX correct/scored'}")
     results: dict[str, list[dict]] = {}

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import functools
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -164,27 +162,9 @@ def main() -> None:
           f"{len(sets) * len(keep)} items, dialect sqlite; executions requested {requested}, "
           f"unique {unique}; sets: {', '.join(n for n, _ in sets)}")
     print(f"machine: {os.cpu_count()} cores; /proc sampled every {args.sample_s} s; work folder {work}")
-    contenders = []
-    if args.peer:
-        contenders.append(("peer per-set loop", lambda: run_peer(args, shared, keep, work, sets)))
-    if args.baseline:
-        base = bp.checkout_ref(args.baseline, work / "baseline-src")
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", args.baseline],
-                             capture_output=True, text=True).stdout.strip()
-        contenders.append((f"ours @ {rev} (baseline)",
-                           lambda: run_ours("baseline", base, args, db_ids, work, sets, extra)))
-    if not args.no_ours:
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True).stdout.strip()
-        dirty = "+dirty" if subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "-uno"],
-                                           capture_output=True, text=True).stdout.strip() else ""
-        ours = Path(args.ours).resolve()
-        if ours != REPO:
-            dirty = f" ({ours.name})"
-        contenders.append((f"ours @ {head}{dirty}", lambda: run_ours("ours", ours, args, db_ids, work, sets, extra)))
-        for i, variant in enumerate(args.variant):
-            contenders.append((f"ours variant {i + 1}", functools.partial(
-                run_ours, f"variant{i + 1}", ours, args, db_ids, work, sets, [*extra, *variant.split()])))
+    contenders = bp.contender_list(
+        args, work, lambda: run_peer(args, shared, keep, work, sets),
+        lambda label, checkout, more: run_ours(label, checkout, args, db_ids, work, sets, more), extra)
     header = (f"{'':<22} {'wall s':>8} {'vs 1st':>7} {'CPU s':>8} {'tree RSS':>9} {'tree PSS':>9} "
               f"{'largest':>8}  {'largest process':<28} {'procs':>5} {'EX correct/scored'}")
     results: dict[str, list[dict]] = {}
