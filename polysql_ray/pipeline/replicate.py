@@ -30,6 +30,12 @@ def replication_fingerprint(cfg: dict) -> str:
 @ray.remote
 def replicate_task(source: SourceDatabase, engine: str, replicas_dir: str, settings: dict | None,
                     source_settings: dict | None, types: str = "declared"):
+    """Ray task: the verified copy of ``source`` in ``engine`` under ``replicas_dir`` (built, or
+    reused when its manifest matches), under the node's build lock
+    (:func:`polysql_ray.replication.pernode.replicate_locked`). ``settings``/``source_settings``:
+    connection settings of the target/source server (None for embedded engines); ``types``:
+    ``replication.types``. Returns ``(replica, seconds)``; raises the replication error, which
+    :func:`replicate` reports with the database named."""
     from polysql_ray.replication.pernode import Recipe, replicate_locked
 
     t0 = time.perf_counter()  # under the node's build lock: an actor may rebuild it there too
