@@ -315,3 +315,22 @@ def test_left_join_verdict_both_directions(tmp_path):
     assert (plain.verdict, plain.reason) == ("fail", "values"), plain.explanation
     fixed = score_sql(gold, gold + " SETTINGS join_use_nulls = 1", **kw)
     assert fixed.passed, (fixed.verdict, fixed.reason, fixed.explanation)
+
+
+def test_a_config_xml_in_the_current_directory_is_not_read(tmp_path):
+    """chdb, like clickhouse-local, reads ./config.xml when it starts; a worker started in a
+    folder holding one ran under that server config. The engine's connections name their own
+    empty config (``config-file``), so the folder's file changes nothing (here: displayName)."""
+    (tmp_path / "config.xml").write_text("<clickhouse><display_name>from-cwd-config</display_name></clickhouse>")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from polysql_ray.engines import clickhouse as ch; "
+            "con = ch._loader(); print(con.query('SELECT displayName()', 'TSV').bytes().decode().strip())")
+    out = subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parents[1])], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() and out.stdout.strip() != "from-cwd-config"
+    # the same connection without the engine's config file does read it (the test can fail)
+    code_raw = ("import chdb, sys; con = chdb.connect('file:' + sys.argv[1]); "
+                "print(con.query('SELECT displayName()', 'TSV').bytes().decode().strip())")
+    raw = subprocess.run([sys.executable, "-c", code_raw, str(tmp_path / "data")], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert raw.stdout.strip() == "from-cwd-config", raw.stderr

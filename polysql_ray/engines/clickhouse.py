@@ -57,6 +57,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import os
 import re
 import threading
 from pathlib import Path
@@ -326,9 +327,22 @@ def known_result_settings(query) -> frozenset[str]:
         return frozenset()
 
 
+#: The server config chdb starts with: none of its own. Without ``config-file`` chdb (like
+#: clickhouse-local) reads ``./config.xml`` from the process's current directory when present,
+#: so a worker started in a folder holding one ran under another server config (its display
+#: name, paths, profiles). Written once into the process's private data path.
+EMPTY_CONFIG = "<clickhouse></clickhouse>\n"
+
+
 def connection_string(path: str, settings: dict[str, object]) -> str:
-    """``file:<path>?k=v&...`` for ``chdb.connect`` (settings in the URL apply to the session)."""
-    return f"file:{path}?" + "&".join(f"{k}={v}" for k, v in settings.items())
+    """``file:<path>?config-file=<path>/polysql-config.xml&k=v&...`` for ``chdb.connect``
+    (settings in the URL apply to the session; the config file is :data:`EMPTY_CONFIG`, written
+    here when missing, so no ``./config.xml`` of the current directory is read)."""
+    config = os.path.join(path, "polysql-config.xml")
+    if not os.path.exists(config):
+        with open(config, "w") as fh:
+            fh.write(EMPTY_CONFIG)
+    return f"file:{path}?config-file={config}&" + "&".join(f"{k}={v}" for k, v in settings.items())
 
 
 # ---------------------------------------------------------------- one data path per process
