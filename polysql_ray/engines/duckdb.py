@@ -180,6 +180,11 @@ class DuckDBEngine(EmbeddedEngine):
         # spill folder of this process: removed on close/exit, swept by the next engine if killed
         self._temp_dir = owned_temp_dir("duckdb")
         self._conns: dict[str, duckdb.DuckDBPyConnection] = {}
+        # derived now (a child-process probe, seconds, once per process), not inside the first
+        # statement's time: an engine child is built before it reports ready (engines/child.py)
+        from polysql_ray.engines.guard import duckdb_path_functions
+
+        duckdb_path_functions()
 
     def open(self, location: str, limits: Limits) -> duckdb.DuckDBPyConnection:
         """The cached read-only, locked-configuration connection to ``location``."""
