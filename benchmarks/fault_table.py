@@ -153,10 +153,10 @@ class PrivateStandin:
     loopback port (``jobs.standins``), started by ``Popen`` here so that it can be frozen
     (``SIGSTOP``) and thawed (``SIGCONT``) by its pid."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, port: int = 0) -> None:
         from jobs import standins
 
-        self.name, self.port = name, standins.free_port()
+        self.name, self.port = name, port or standins.free_port()
         self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"polysql-fault-{name}-{self.port}.log", "wb")
         self.proc = subprocess.Popen(standins.launch_argv(name, self.port), stdout=subprocess.DEVNULL,
                                      stderr=self.log)
@@ -336,6 +336,9 @@ def main() -> None:
     ap.add_argument("--my-port", default=3319, type=int, help="the private MariaDB's port")
     ap.add_argument("--down-s", default=30, type=float, help="seconds the private servers stay down")
     ap.add_argument("--hang-s", default=60, type=float, help="seconds the stand-in stays frozen")
+    ap.add_argument("--standin-port", default=0, type=int,
+                    help="the stand-in's port (0: a free one). Its endpoint is part of every score key, "
+                         "so an --only run compares with an earlier baseline only on the same port")
     args = ap.parse_args()
     GRID.update(sweep=args.sweep, dialects=args.dialects)
     out = Path(args.out)
@@ -353,7 +356,7 @@ def main() -> None:
         standin = None
         for dialect, name in (("snowflake", "fakesnow"), ("bigquery", "bqemulator")):
             if dialect in dialects and standin is None:  # the one frozen by ``standin_hung``
-                standin = PrivateStandin(name)
+                standin = PrivateStandin(name, args.standin_port)
                 stack.callback(standin.close)
                 extra += standin.overrides
         run_table(args, out, extra, private, standin)
