@@ -192,7 +192,10 @@ DUCKDB = [
     # DuckDB's own configuration (home_directory is empty in the engine's connection), not the host's
     C("host_info", "settings_home", "SELECT value FROM duckdb_settings() WHERE name = 'home_directory'",
       {S.OK, S.REJECTED}),
-    C("host_info", "temp_directory", "SELECT current_setting('temp_directory')", {S.OK, S.REJECTED}),
+    C("host_info", "temp_directory", "SELECT current_setting('temp_directory')"),
+    C("host_info", "database_list", "SELECT * FROM pragma_database_list"),
+    C("host_info", "database_paths", "SELECT path FROM duckdb_databases()"),
+    C("host_info", "settings_paths", "SELECT name, value FROM duckdb_settings() WHERE value LIKE '%/%'"),
     C("special_values", "infinity_timestamp", "SELECT 'infinity'::TIMESTAMP", SPECIAL),
     C("special_values", "minus_infinity_date", "SELECT '-infinity'::DATE", SPECIAL),
     C("special_values", "nan", "SELECT 'nan'::DOUBLE", SPECIAL),
@@ -249,6 +252,10 @@ POSTGRES = [
     C("information_leak", "backend_activity",
       "SELECT pg_stat_get_backend_activity(s) FROM pg_stat_get_backend_idset() s"),
     C("information_leak", "shadow", "SELECT * FROM pg_shadow"),
+    C("information_leak", "databases", "SELECT datname FROM pg_database"),
+    C("information_leak", "roles", "SELECT rolname FROM pg_roles"),
+    C("information_leak", "database_by_oid", "SELECT pg_describe_object(1262, g::oid, 0) FROM generate_series(1, 20000) g"),
+    C("host_info", "tablespace_location", "SELECT pg_tablespace_location(1663)"),
     C("information_leak", "authid", "SELECT rolpassword FROM pg_authid"),
     C("information_leak", "data_directory", "SELECT current_setting('data_directory')"),
     C("information_leak", "hba_file", "SELECT * FROM pg_hba_file_rules"),
@@ -405,6 +412,8 @@ _DUCKDB_READERS = [
     C("file_access", "duckdb_reader_quoted", 'SELECT * FROM "read_text"(\'/etc/passwd\')'),
     C("information_leak", "duckdb_settings", "SELECT * FROM duckdb_settings()"),
     C("information_leak", "duckdb_databases", "SELECT path FROM duckdb_databases()"),
+    C("host_info", "duckdb_temp_directory", "SELECT current_setting('temp_directory')", {S.REJECTED, S.SYNTAX}),
+    C("host_info", "duckdb_database_list", "SELECT * FROM pragma_database_list"),
     C("cross_replica", "information_schema_tables", "SELECT * FROM INFORMATION_SCHEMA.TABLES"),
     C("cross_replica", "other_copy", "SELECT * FROM pq_someone_else_x1.singer"),
 ]
@@ -490,15 +499,25 @@ CASES: dict[str, list[Case]] = {
 #: Cross-replica reads (class ``cross_replica``), per engine: templates run by
 #: ``test_isolation.py`` from the attacking run's copy against a *victim* copy another run made
 #: (another results folder) on the same server / stand-in / chdb process. ``{db}`` = the victim's
-#: database/schema/dataset name, ``{path}`` = a file of the victim run. Every one must come back
+#: database/schema/dataset name, ``{path}`` = a file of the victim run, ``{oid}`` = the victim
+#: database's oid (PostgreSQL). Every one must come back
 #: refused or without the victim's secret and name.
 CROSS_REPLICA: dict[str, list[str]] = {
     "sqlite": ["ATTACH DATABASE '{path}' AS v", "SELECT * FROM v.hidden",
                "SELECT * FROM pragma_table_info('hidden')"],
     "duckdb": ["SELECT * FROM '{path}'", "ATTACH '{path}' AS v (READ_ONLY)", "SELECT * FROM read_duckdb('{path}')",
-               "SELECT * FROM duckdb_databases()"],
+               "SELECT * FROM duckdb_databases()", "SELECT * FROM pragma_database_list",
+               "SELECT current_setting('temp_directory')", "SELECT * FROM duckdb_settings()",
+               "SELECT * FROM duckdb_temporary_files()", "SELECT * FROM query('SELECT path FROM duckdb_databases()')"],
+    # catalogs of every database (issue 23): names only, yet another copy's name must not be listable
     "postgres": ["SELECT * FROM {db}.public.hidden", "SELECT * FROM dblink('dbname={db}', 'SELECT secret FROM hidden') "
-                 "AS t(s text)", "SELECT datname FROM pg_database WHERE datname = '{db}' AND false"],
+                 "AS t(s text)", "SELECT datname FROM pg_database WHERE datname = '{db}' AND false",
+                 "SELECT datname FROM pg_database", "SELECT datname FROM pg_catalog . pg_stat_database",
+                 "SELECT datname FROM pg_stat_database_conflicts", "SELECT * FROM pg_shdescription",
+                 "SELECT setconfig::text FROM pg_db_role_setting", "SELECT pg_describe_object(1262, {oid}, 0)",
+                 "SELECT * FROM pg_identify_object_as_address(1262, {oid}, 0)",
+                 # a Unicode-escaped name no client-side check reads: the server's revocation refuses it
+                 'SELECT datname FROM U&"pg_d\\0061tabase"'],
     "mysql": ["SELECT secret FROM {db}.hidden", "SELECT secret FROM `{db}`.`hidden`",
               "SELECT table_schema, table_name FROM information_schema.tables WHERE table_name = 'hidden'",
               "SELECT schema_name FROM information_schema.schemata",

@@ -84,6 +84,11 @@ BYPASS = {
         ("SELECT set_config('statement_timeout', '0', false)", {S.REJECTED}),
         ("SELECT query FROM pg_stat_activity", {S.REJECTED}),
         ("SELECT pg_read_file('/etc/passwd')", {S.REJECTED}),
+        # catalogs of every database: revoked in the copy's database (engines.postgres.harden_database)
+        ("SELECT datname FROM pg_database", {S.REJECTED}),
+        ("SELECT datname FROM pg_stat_database", {S.REJECTED}),
+        ("SELECT rolname FROM pg_roles", {S.REJECTED}),
+        ("SELECT pg_describe_object(1262, 1, 0)", {S.REJECTED}),
     ],
 }
 
@@ -96,6 +101,7 @@ def test_server_layers_hold_without_the_client_guard(setup, engine_name, sql, ex
     bypass = lambda sql, *a, **k: (None, sql)  # noqa: E731
     # the one server execute path (ServerEngine.execute) calls servers.precheck for every engine
     monkeypatch.setattr("polysql_ray.engines.servers.precheck", bypass)
+    monkeypatch.setattr(engine, "scope_refusal", lambda sql, location: None)  # the client-side scope layer too
     res = LIMITS.enforce(engine.execute(loc, sql, LIMITS))
     assert res.status in expect, (res.status, res.error)
     if sql.startswith("SELECT LOAD_FILE"):

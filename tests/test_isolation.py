@@ -5,7 +5,9 @@ another results folder, onto the same engines the attacking run uses: the same M
 PostgreSQL servers, the same fakesnow / bqemulator stand-in, the same chdb process. From the
 attacking run's copy of ``concert_singer``, every way of naming the victim (qualified names,
 ``merge()``, catalogs, file readers, ``ATTACH``) must come back refused or empty: the secret and
-the victim's database name never appear in a result. Control: the victim run's own engine reads
+the victim's database name never appear in a result (on PostgreSQL not even through the catalogs
+that list every database: ``pg_database``, ``pg_stat_database``, ``pg_describe_object`` ...; on
+DuckDB no host path of the attacking run either). Control: the victim run's own engine reads
 the secret from its own copy, so the secret is there to be leaked.
 """
 from __future__ import annotations
@@ -43,15 +45,28 @@ def _victim_source(d: Path) -> SourceDatabase:
     return SourceDatabase("victim", "vault", "sqlite", str(f))
 
 
-def _names(engine: str, victim) -> dict[str, str]:
+def _names(engine: str, victim, eng=None, loc_a: str = "") -> dict[str, str]:
+    """Template values (``hostile_cases.CROSS_REPLICA``) and what must never come back: ``db``
+    (the victim's database name) and, on DuckDB, ``host`` (the attacker's own host paths: its
+    replica folder and its engine's temp folder)."""
     from polysql_ray.engines import clickhouse as ch
 
     loc = victim.location
     if engine == "postgres":
-        return {"loc": loc, "db": loc.split("/")[0], "path": ""}
+        from polysql_ray.engines.postgres import connect
+        from polysql_ray.engines.servers import ServerSettings
+
+        db = loc.split("/")[0]
+        with connect(eng.settings if eng is not None else ServerSettings.from_dict({}), admin=True,
+                     dbname="postgres") as c:
+            oid = c.execute("SELECT oid FROM pg_database WHERE datname = %s", [db]).fetchone()[0]
+        return {"loc": loc, "db": db, "path": "", "oid": str(oid)}
     if engine == "clickhouse":
         return {"loc": loc, "db": ch.replica_database(ch.read_replica_spec(loc)), "path": ""}
-    if engine in ("sqlite", "duckdb"):
+    if engine == "duckdb":
+        host = f"{Path(loc_a).parent}|{getattr(eng, '_temp_dir', '')}"
+        return {"loc": loc, "db": "", "path": loc, "host": host}
+    if engine == "sqlite":
         return {"loc": loc, "db": "", "path": loc}
     return {"loc": loc, "db": loc, "path": ""}
 
@@ -60,7 +75,8 @@ def _leaks(res, names: dict[str, str]) -> list[str]:
     if not res.ok or res.table is None:
         return []
     cells = [str(v) for col in res.table.columns for v in col.to_pylist()]
-    bad = [SECRET] + [n for k, n in names.items() if k == "db" and n]
+    bad = [SECRET] + [n for k, n in names.items() if k == "db" and n] + \
+        [p for p in names.get("host", "").split("|") if p]
     return [c for c in cells if any(b.lower() in c.lower() for b in bad)]
 
 
@@ -131,7 +147,7 @@ def test_the_victim_run_reads_its_own_secret(runs, engine):
                          ids=[f"{e}-{k}" for e in ENGINES for k in range(len(CROSS_REPLICA[e]))])
 def test_another_runs_replica_is_unreadable(runs, engine, k, record_property):
     eng, loc, veng, victim = runs(engine)
-    names = _names(engine, victim)
+    names = _names(engine, victim, eng, loc)
     sql = CROSS_REPLICA[engine][k].format(**names)
     res = LIMITS.enforce(eng.execute(loc, sql, LIMITS))
     for key, v in (("engine", engine), ("attack_class", "cross_replica"), ("attack_s", res.elapsed_s),
@@ -141,3 +157,45 @@ def test_another_runs_replica_is_unreadable(runs, engine, k, record_property):
     assert res.status in (S.REJECTED, S.SCHEMA, S.SYNTAX, S.RUNTIME, S.OK), \
         f"UNCONTAINED: {sql} -> {res.status} {res.error}"
     check_canary(eng.execute(loc, f"SELECT count(*) + {k + 1} FROM singer", LIMITS), 6 + k + 1)
+
+
+def test_postgres_reader_cannot_list_other_databases(runs):
+    """Server side, without the client-side layer: the reader connected to the attacking copy's
+    database can read or call none of the relations and functions that show the server's other
+    databases (``engines.postgres.cluster_objects``, derived from the server), and listing the
+    databases fails with 42501; the victim's database still exists and the reader still reads
+    its own copy there."""
+    import psycopg
+
+    from polysql_ray.engines.postgres import cluster_objects, connect, exposed_objects
+
+    eng, loc, _, victim = runs("postgres")
+    db = loc.split("/")[0]
+    with connect(eng.settings, admin=True, dbname=db) as c:
+        rels, funcs = cluster_objects(c)
+        assert {"pg_database", "pg_stat_database", "pg_roles", "pg_shdescription"} <= set(rels), rels
+        assert {"pg_describe_object", "pg_database_size"} <= {f for _, f in funcs}, funcs
+        assert exposed_objects(c, eng.settings.user) == []
+        assert c.execute("SELECT count(*) FROM pg_database WHERE datname = %s",
+                         [victim.location.split("/")[0]]).fetchone()[0] == 1
+    with connect(eng.settings, dbname=db) as r:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            r.execute("SELECT datname FROM pg_database").fetchall()
+    ok = eng.execute(loc, "SELECT count(*) FROM singer", LIMITS)
+    assert ok.ok and ok.table.column(0)[0].as_py() == 6, (ok.status, ok.error)
+
+
+def test_postgres_reused_copy_is_hardened_again(runs):
+    """A copy whose database still grants a cluster catalog (built before it was revoked) is
+    hardened again when it is reused (``PostgresWriter.ensure_reader``)."""
+    from polysql_ray.engines.postgres import connect, exposed_objects
+    from polysql_ray.replication.postgres import PostgresWriter
+
+    eng, loc, _, _ = runs("postgres")
+    db = loc.split("/")[0]
+    with connect(eng.settings, admin=True, dbname=db) as c:
+        c.execute("GRANT SELECT ON pg_catalog.pg_database TO PUBLIC")
+        assert exposed_objects(c, eng.settings.user) == ["pg_database"]
+    PostgresWriter(eng.settings).ensure_reader(loc)
+    with connect(eng.settings, admin=True, dbname=db) as c:
+        assert exposed_objects(c, eng.settings.user) == []

@@ -14,6 +14,12 @@ Sandbox (README "Untrusted SQL"; DuckDB docs "Securing DuckDB"), all engine-side
 * ``con.extract_statements`` must return exactly one statement whose type is in
   :data:`ALLOWED_STATEMENT_TYPES` (SELECT): a multi-statement string never runs its DELETE;
   :mod:`~polysql_ray.engines.guard` filters first with clearer messages;
+* no host paths: the replica file's path (``duckdb_databases()``, ``pragma_database_list``),
+  the temp folder (``current_setting('temp_directory')``, ``duckdb_settings()``) and
+  extension/secret folders are refused before the database is opened
+  (``guard.duckdb_path_refusal``: the functions are derived from the installed DuckDB by a
+  probe, ``guard.duckdb_path_functions``), and so are ``query()``/``query_table()``, which run
+  SQL text no check has seen. DuckDB offers no setting that hides them;
 * timeout: a ``threading.Timer`` calls ``con.interrupt()``, which really stops the query
   inside DuckDB (InterruptException -> TIMEOUT);
 * row cap: results are streamed (``con.sql(q).to_arrow_reader(batch)``) and reading stops
@@ -174,6 +180,11 @@ class DuckDBEngine(EmbeddedEngine):
         # spill folder of this process: removed on close/exit, swept by the next engine if killed
         self._temp_dir = owned_temp_dir("duckdb")
         self._conns: dict[str, duckdb.DuckDBPyConnection] = {}
+        # derived now (a child-process probe, seconds, once per process), not inside the first
+        # statement's time: an engine child is built before it reports ready (engines/child.py)
+        from polysql_ray.engines.guard import duckdb_path_functions
+
+        duckdb_path_functions()
 
     def open(self, location: str, limits: Limits) -> duckdb.DuckDBPyConnection:
         """The cached read-only, locked-configuration connection to ``location``."""
@@ -189,6 +200,17 @@ class DuckDBEngine(EmbeddedEngine):
             con.execute("SET lock_configuration=true")
             self._conns[location] = con
         return con
+
+    def missing(self, sql: str, location: str) -> ExecutionResult | None:
+        """REJECTED for a statement that would read a host path or run SQL from text
+        (``guard.duckdb_path_refusal``, derived from the installed DuckDB), else the base
+        check (UNAVAILABLE for a missing database file)."""
+        from polysql_ray.engines.guard import duckdb_path_refusal
+
+        why = duckdb_path_refusal(sql, self.dialect)
+        if why is not None:
+            return ExecutionResult.failure(ExecStatus.REJECTED, why)
+        return super().missing(sql, location)
 
     def check(self, con, sql: str, limits: Limits) -> ExecutionResult | None:
         """DuckDB's own parser: exactly one statement, of a type in :data:`ALLOWED_STATEMENT_TYPES`."""

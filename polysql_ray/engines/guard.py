@@ -275,6 +275,129 @@ def duckdb_file_readers() -> frozenset[str]:
     return _DUCKDB_READERS
 
 
+#: Run in a child process by :func:`duckdb_path_functions`: a throwaway read-only database in a
+#: marker folder, opened as the engine opens a replica (no external access, locked configuration)
+#: with the temp/secret/extension/home folders set under the marker, so that any output holding
+#: the marker is a host path.
+_PATH_PROBE = r"""
+import json, os, re, shutil, sys, tempfile, duckdb
+marker = tempfile.mkdtemp(prefix="polysql-pathprobe-")
+try:
+    db = os.path.join(marker, "probe.duckdb")
+    duckdb.connect(db).close()
+    con = duckdb.connect(db, read_only=True, config={
+        "enable_external_access": False, "autoload_known_extensions": False,
+        "autoinstall_known_extensions": False, "temp_directory": os.path.join(marker, "tmp"),
+        "secret_directory": os.path.join(marker, "secrets"), "extension_directory": os.path.join(marker, "ext"),
+        "home_directory": marker})
+    con.execute("SET lock_configuration=true")
+    q = lambda n: '"' + n.replace('"', '""') + '"'
+    tables = {r[0] for r in con.execute("SELECT function_name FROM duckdb_functions() "
+                                        "WHERE function_type IN ('table', 'table_macro')").fetchall()}
+    calls = [(n, q(n) + "()") for n in sorted(tables)] + [
+        ("pragma_" + r[0], q("pragma_" + r[0])) for r in con.execute(
+            "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type = 'pragma' "
+            "AND len(parameters) = 0").fetchall() if "pragma_" + r[0] not in tables]
+    pathish = re.compile(r"path|file|director", re.I)
+    found = set()
+    for name, call in calls:
+        try:
+            cols = [r[0] for r in con.execute("DESCRIBE SELECT * FROM " + call).fetchall()]
+            if any(pathish.search(c) for c in cols) or marker in repr(con.execute("SELECT * FROM " + call).fetchmany(10000)):
+                found.add(name.lower())
+        except duckdb.Error as e:
+            if marker in str(e):
+                found.add(name.lower())
+    settings = [r[0] for r in con.execute("SELECT name FROM duckdb_settings() WHERE value LIKE ?",
+                                          ["%" + marker + "%"]).fetchall()]
+    for (name,) in con.execute("SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type = 'scalar' "
+                               "AND len(parameter_types) = 1 AND parameter_types[1] IN ('VARCHAR', 'ANY')").fetchall():
+        for setting in settings:
+            try:
+                if marker in repr(con.execute("SELECT " + q(name) + "(?)", [setting]).fetchall()):
+                    found.add(name.lower())
+                    break
+            except duckdb.Error:
+                pass
+    print("POLYSQL_PATHS " + json.dumps(sorted(found)))
+finally:
+    shutil.rmtree(marker, ignore_errors=True)
+"""
+
+#: Used by :func:`duckdb_path_functions` only when its probe cannot run (the names DuckDB 2.0
+#: derives; a fallback, never the source of truth).
+DUCKDB_PATH_FALLBACK: frozenset[str] = frozenset({
+    "current_setting", "duckdb_databases", "duckdb_extensions", "duckdb_extension_repositories",
+    "duckdb_external_file_cache", "duckdb_secrets", "duckdb_settings", "duckdb_temporary_files",
+    "pragma_database_list"})
+
+_DUCKDB_PATHS: frozenset[str] | None = None
+
+
+def duckdb_path_functions() -> frozenset[str]:
+    """Names (lower case) of the installed DuckDB's functions that hand a statement a *host path*
+    (the database file, the temp/secret/extension folders, extension install paths), derived
+    rather than listed: in a child process a throwaway database in a marker folder is opened
+    read-only with external access off and those folders under the marker, then every table
+    function and argument-less pragma (``pragma_<name>``) is called without arguments - it is a
+    path function when a result column is named like a path (``path``, ``file``, ``directory``)
+    or its result or error holds the marker - and every one-VARCHAR scalar function is called
+    with each setting whose value holds the marker (``current_setting('temp_directory')``).
+    DuckDB 2.0: ``current_setting``, ``duckdb_databases``, ``duckdb_settings``,
+    ``pragma_database_list``, ``duckdb_temporary_files``, ``duckdb_extensions`` ... Computed once
+    per process (a few seconds); :data:`DUCKDB_PATH_FALLBACK` when the probe cannot run."""
+    global _DUCKDB_PATHS
+    if _DUCKDB_PATHS is None:
+        import json
+        import subprocess
+        import sys
+
+        found: set[str] | None = None
+        try:
+            out = subprocess.run([sys.executable, "-c", _PATH_PROBE], capture_output=True, text=True,
+                                 timeout=300).stdout
+            for line in out.splitlines():
+                if line.startswith("POLYSQL_PATHS "):
+                    found = set(json.loads(line.split(" ", 1)[1]))
+        except (OSError, subprocess.SubprocessError, ValueError):
+            found = None
+        _DUCKDB_PATHS = frozenset(found) if found else DUCKDB_PATH_FALLBACK
+    return _DUCKDB_PATHS
+
+
+def named(sql: str, dialect: str, names: frozenset[str]) -> str | None:
+    """The first name of ``names`` (lower case) that ``sql`` mentions as a name - a name token,
+    quoted or not, or one dotted part of a quoted one, called or not (DuckDB runs an
+    argument-less table function without parentheses: ``FROM pragma_database_list``) - else
+    None. On a tokenizer failure the raw text is searched for the names as words."""
+    if not names:
+        return None
+    toks = _tokens(sql, dialect)
+    if toks is None:
+        m = re.search(r"(?i)(?<![\w$])(" + "|".join(map(re.escape, sorted(names))) + r")(?![\w$])", sql)
+        return m.group(1).lower() if m else None
+    for tok in toks:
+        if tok.token_type == TokenType.STRING:
+            continue
+        for part in (tok.text.split(".") if tok.token_type == TokenType.IDENTIFIER else [tok.text]):
+            if part.lower() in names:
+                return part.lower()
+    return None
+
+
+def duckdb_path_refusal(sql: str, dialect: str = "duckdb") -> str | None:
+    """Why ``sql`` is refused on DuckDB (the engine and the DuckDB-backed stand-ins) because it
+    would read a host path (:func:`duckdb_path_functions`) or run SQL from text that no check
+    has seen (:data:`DUCKDB_SQL_FROM_TEXT`: ``query('SELECT current_setting(...)')``), else None."""
+    name = called_function(sql, dialect, DUCKDB_SQL_FROM_TEXT)
+    if name is not None:
+        return f"function {name}() runs SQL from text; not allowed in the sandbox"
+    name = named(sql, dialect, duckdb_path_functions())
+    if name is not None:
+        return f"{name} reveals host paths (database file, temp or extension folders); not allowed in the sandbox"
+    return None
+
+
 def _tokens(sql: str, dialect: str):
     """sqlglot tokens of ``sql`` in ``dialect``, or None when the tokenizer fails."""
     try:
@@ -397,6 +520,8 @@ def standin_refusal(sql: str, dialect: str, own: str, replica_pattern: str, cata
     * a call of a DuckDB file/network reader or SQL-from-text function
       (:func:`duckdb_file_readers`, derived from the installed DuckDB) or of ``denied``: the
       DuckDB-backed stand-ins run them, no warehouse has them;
+    * a function handing out host paths (:func:`duckdb_path_refusal`: ``current_setting``,
+      ``pragma_database_list`` without parentheses ...);
     * a file named where a table goes (:func:`replacement_scan`);
     * another copy's schema/dataset, another database/project, or a catalog listing every copy
       (:func:`foreign_name`): on the warehouse the reader role / dataset grants refuse it too,
@@ -407,5 +532,5 @@ def standin_refusal(sql: str, dialect: str, own: str, replica_pattern: str, cata
     name = called_function(sql, dialect, duckdb_file_readers() | denied)
     if name is not None:
         return ExecStatus.REJECTED, f"function {name}() is not allowed in the sandbox (reads files or runs text)"
-    why = replacement_scan(sql, dialect) or foreign_name(sql, dialect, own, replica_pattern, catalogs, own_catalog)
+    why = duckdb_path_refusal(sql, dialect) or replacement_scan(sql, dialect) or foreign_name(sql, dialect, own, replica_pattern, catalogs, own_catalog)
     return (ExecStatus.REJECTED, why) if why else None

@@ -25,6 +25,16 @@ Sandbox (README "Untrusted SQL"), all enforced by the server, not by us:
   :data:`REVOKED_FUNCTIONS` (``pg_terminate_backend``, ``pg_cancel_backend``, ``set_config``,
   ``pg_stat_get_activity`` ...) and ``SELECT`` on ``pg_stat_activity`` in the replica
   database, so SQL the client cannot parse still fails (42501 -> REJECTED);
+* no other database is visible: a connection reaches one database only, and in each copy's
+  database :func:`harden_database` also revokes from ``PUBLIC`` ``SELECT`` on every relation
+  that shows the server's other databases, roles or tablespaces and ``EXECUTE`` on every
+  function that names or probes them (:func:`cluster_objects`, derived from the server:
+  shared catalogs ``pg_class.relisshared``, the ``pg_catalog`` views over them,
+  object-address and database/tablespace functions), so ``SELECT datname FROM pg_database``,
+  ``pg_stat_database``, ``pg_roles`` and ``pg_describe_object(1262, oid, 0)`` fail with 42501.
+  Privileges live in each database's own ``pg_class``, so this changes nothing in the server's
+  other databases (no server setting is touched). The same names are refused client-side
+  first (:meth:`PostgresEngine.scope_refusal`, defence in depth);
 * inside ``BEGIN READ ONLY`` with ``SET LOCAL statement_timeout`` (ms) -> 57014 is TIMEOUT;
   every later ``FETCH`` gets only the time left, and a watchdog sends a cancel request
   (``Connection.cancel``, a separate connection the query cannot reach) when the whole call
@@ -118,6 +128,61 @@ REVOKED_FUNCTIONS: tuple[str, ...] = (
 #: Views PUBLIC loses SELECT on in the replica database (other sessions' query text).
 REVOKED_VIEWS: tuple[str, ...] = ("pg_stat_activity", "pg_stat_ssl", "pg_stat_gssapi")
 
+#: The relations of the server that show other databases (other copies, another run's replicas,
+#: the server's other databases) or its roles and tablespaces, derived from the server itself
+#: rather than listed: every shared catalog (``pg_class.relisshared``: ``pg_database``,
+#: ``pg_authid``, ``pg_shdescription``, ``pg_db_role_setting``, ``pg_tablespace`` ...) and every
+#: ``pg_catalog`` view whose definition names one, transitively (``pg_stat_database``,
+#: ``pg_roles``, ``pg_user``, ``pg_stat_activity``, ``pg_tables`` for its tablespace column ...).
+#: PostgreSQL records no dependencies between its own objects (they are pinned), so views are
+#: matched on ``pg_get_viewdef`` text. One column, ``relname``; readable by any role.
+CLUSTER_RELATIONS_SQL = r"""
+WITH RECURSIVE views AS MATERIALIZED (
+    SELECT v.relname::text AS relname, pg_catalog.pg_get_viewdef(v.oid) AS def FROM pg_catalog.pg_class v
+    WHERE v.relkind = 'v' AND v.relnamespace = 'pg_catalog'::regnamespace
+), reach(relname) AS (
+    SELECT c.relname::text FROM pg_catalog.pg_class c WHERE c.relisshared AND c.relkind = 'r'
+  UNION
+    SELECT v.relname FROM views v, reach r WHERE v.def ~ ('\m' || r.relname || '\M')
+)
+SELECT DISTINCT relname FROM reach ORDER BY 1
+"""
+
+#: The functions that name, measure or probe any database or tablespace of the server, derived
+#: from ``pg_proc``: those taking an object address ``(classid oid, objid oid, objsubid int)``
+#: (``pg_describe_object(1262, <oid>, 0)`` names any database), and those about a database or
+#: tablespace given as an argument (``pg_database_size``, ``pg_tablespace_location``,
+#: ``has_database_privilege``, ``pg_stat_get_db_*`` ...; ``current_database()`` takes none).
+#: Columns ``signature`` (``regprocedure`` text) and ``proname``.
+CLUSTER_FUNCTIONS_SQL = r"""
+SELECT p.oid::regprocedure::text AS signature, p.proname::text AS proname FROM pg_catalog.pg_proc p
+WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.pronargs > 0
+  AND (p.proargtypes[0:2]::oid[] = ARRAY['oid', 'oid', 'int4']::regtype[]::oid[]
+       OR p.proname ~ '(database|tablespace)' OR p.proname ~ '^pg_stat_get_db_')
+ORDER BY 1
+"""
+
+
+def cluster_objects(conn) -> tuple[list[str], list[tuple[str, str]]]:
+    """``(relation names, [(function signature, function name)])`` of
+    :data:`CLUSTER_RELATIONS_SQL` and :data:`CLUSTER_FUNCTIONS_SQL` on ``conn`` (any role).
+    Raises psycopg errors."""
+    rels = [r[0] for r in conn.execute(CLUSTER_RELATIONS_SQL).fetchall()]
+    funcs = [(r[0], r[1]) for r in conn.execute(CLUSTER_FUNCTIONS_SQL).fetchall()]
+    return rels, funcs
+
+
+def exposed_objects(conn, role: str) -> list[str]:
+    """The relations and functions of :func:`cluster_objects` that ``role`` can still read or
+    call in the database of ``conn`` ([] once :func:`harden_database` ran there)."""
+    rels, funcs = cluster_objects(conn)
+    out = [r for r in rels if conn.execute("SELECT has_table_privilege(%s, %s, 'SELECT')",
+                                           [role, f"pg_catalog.{r}"]).fetchone()[0]]
+    out += [f for f, _ in funcs if conn.execute("SELECT has_function_privilege(%s, %s, 'EXECUTE')",
+                                                [role, f]).fetchone()[0]]
+    return out
+
+
 #: Seconds the watchdog waits past ``limits.timeout_s`` before cancelling.
 WATCHDOG_GRACE_S = 1.0
 
@@ -185,10 +250,24 @@ def split_location(location: str, default_database: str) -> tuple[str, str]:
 
 def harden_database(conn) -> None:
     """Revoke :data:`REVOKED_FUNCTIONS` (every overload) and :data:`REVOKED_VIEWS` from
-    ``PUBLIC`` in the database ``conn`` is connected to (a superuser connection; idempotent).
-    PostgreSQL checks EXECUTE on functions called through a view as the caller, so
-    ``pg_stat_activity`` is closed twice over."""
+    ``PUBLIC`` in the database ``conn`` is connected to (a superuser connection; idempotent),
+    and ``SELECT``/``EXECUTE`` on every relation and function of :func:`cluster_objects`, so a
+    statement in this copy cannot list or name the server's other databases, roles or
+    tablespaces. PostgreSQL checks EXECUTE on functions called through a view as the caller, so
+    ``pg_stat_activity`` is closed twice over.
+
+    Scope: privileges on a relation live in ``pg_class.relacl``, which every database holds for
+    itself - shared catalogs included (``pg_database``'s PUBLIC grant revoked here stays granted
+    in every other database of the server; checked on PostgreSQL 15) - so this changes nothing
+    outside the project's own databases (replicas, installed dump sources, the configured
+    ``database``); a user's shared server keeps its catalogs for everyone else."""
     from psycopg import sql
+
+    rels, funcs = cluster_objects(conn)
+    for rel in rels:
+        conn.execute(sql.SQL("REVOKE SELECT ON pg_catalog.{} FROM PUBLIC").format(sql.Identifier(rel)))
+    for signature, _ in funcs:
+        conn.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION {} FROM PUBLIC").format(sql.SQL(signature)))
 
     for (proc,) in conn.execute(
             "SELECT p.oid::regprocedure::text FROM pg_proc p "
@@ -271,6 +350,7 @@ class PostgresEngine(ServerEngine):
         self.pool: ConnectionPool = ConnectionPool(self._open, lambda c: c.close(), settings.pool_size)
         self.queries = 0
         self._known_locations: set[str] = set()
+        self._cluster: tuple[frozenset[str], frozenset[str]] | None = None
 
     def identity(self) -> dict:
         """``server_version``, :data:`RESULT_SETTINGS` and the collation a new replica database
@@ -394,6 +474,41 @@ class PostgresEngine(ServerEngine):
             conn.execute("SELECT 1").fetchone()
         finally:
             conn.close()
+
+    def scope_refusal(self, sql: str, location: str):
+        """REJECTED for a statement naming a relation or calling a function that shows the
+        server's other databases, roles or tablespaces (:func:`cluster_objects`, derived once
+        per engine from the server as the reader): defence in depth, the copy's database has
+        them revoked (:func:`harden_database`). None when the server cannot be asked (it
+        refuses them itself)."""
+        from polysql_ray.engines.guard import called_function, named
+
+        objects = self._cluster_names(location)
+        if objects is None:
+            return None
+        rels, funcs = objects
+        name = named(sql, self.dialect, rels)
+        if name is not None:
+            return (S.REJECTED, f"{name} lists every database of the server (other copies, other "
+                                f"runs' replicas); only this copy is visible")
+        name = called_function(sql, self.dialect, funcs)
+        if name is not None:
+            return (S.REJECTED, f"function {name}() names or probes other databases of the server; "
+                                f"only this copy is visible")
+        return None
+
+    def _cluster_names(self, location: str) -> tuple[frozenset[str], frozenset[str]] | None:
+        """``(relation names, function names)`` of :func:`cluster_objects`, lower case, read
+        once through a pooled reader connection of ``location``'s database; None while the
+        server cannot be asked."""
+        if self._cluster is None:
+            try:
+                with self.pool.acquire(split_location(location, self.settings.database)[0]) as lease:
+                    rels, funcs = cluster_objects(lease.conn)
+            except Exception:  # noqa: BLE001 - server down or database missing: the run decides
+                return None
+            self._cluster = (frozenset(r.lower() for r in rels), frozenset(f.lower() for _, f in funcs))
+        return self._cluster
 
     def close(self) -> None:
         """Close pooled connections."""

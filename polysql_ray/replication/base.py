@@ -285,7 +285,7 @@ def replicate(source: SourceDatabase, target_engine: str, replicas_dir: Path | s
     if (not force and old is not None and old.reuse_key() == fresh.reuse_key()
             and (old.location or location) == location
             and old.copy_fingerprint and writer.fingerprint(location) == old.copy_fingerprint):
-        if hasattr(writer, "ensure_reader"):  # a per-copy reader account (MySQL) for this copy
+        if hasattr(writer, "ensure_reader"):  # the copy's reader (MySQL account, PostgreSQL hardening)
             writer.ensure_reader(location)
         return Replica(target_engine, source.dataset, source.db_id, location, old, mpath, True)
 

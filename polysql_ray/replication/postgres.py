@@ -32,7 +32,8 @@ Procedure (README "Replication"), as the admin role:
    KEY, NOT NULL, then FOREIGN KEY (referenced table/columns resolved case-insensitively, as
    SQLite resolves them); ``GRANT USAGE`` on the schema and ``SELECT`` on its tables to the
    reader role (:func:`ensure_reader_role`), nothing else. A failure drops the database
-   (``replicate``).
+   (``replicate``). A reused copy is hardened again when the reader can still see the server's
+   other databases there (:meth:`PostgresWriter.ensure_reader`).
 
 Fingerprint (reuse check): :func:`content_fingerprint` - sha256 over the schema's tables,
 column names/types and an order-independent hash of every row, recomputed at each reuse, so
@@ -323,6 +324,23 @@ class PostgresWriter:
                     cur.execute(f"SELECT {cols} FROM {qi(schema)}.{qi(t.stored)}")
                     out[t.name] = checksum_cursor(t, cur, chunk=10_000)
         return out
+
+    def ensure_reader(self, location: str) -> None:
+        """Before a copy is reused: harden its database again when the reader can still read
+        or call one of ``engines.postgres.cluster_objects`` there (a copy built before these
+        were revoked, or a server upgrade that added one); a no-op otherwise. Raises
+        ReplicationError on server errors."""
+        import psycopg
+
+        db, _ = split_location(location, self.settings.database)
+        try:
+            with pg_engine.connect(self.settings, admin=True, dbname=db) as c:
+                if pg_engine.exposed_objects(c, self.settings.user):
+                    with c.transaction():
+                        c.execute("SELECT pg_advisory_xact_lock(hashtext('polysql_ray:harden:' || current_database()))")
+                        pg_engine.harden_database(c)
+        except psycopg.Error as e:
+            raise ReplicationError(f"postgres copy {location}: hardening for reuse: {e}") from e
 
     def fingerprint(self, location: str) -> str:
         """:func:`content_fingerprint` of the schema ("" when absent)."""
