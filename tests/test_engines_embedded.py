@@ -257,3 +257,33 @@ def test_duckdb_spills_only_into_its_capped_private_temp_folder(tmp_path):
     assert eng.execute(str(db), "SET max_temp_directory_size = '100GB'", lim).status is ExecStatus.REJECTED
     eng.close()
     assert not Path(eng._temp_dir).exists()
+
+
+def test_duckdb_path_probe_runs_once_per_installed_duckdb(tmp_path):
+    """The host-path probe (a child DuckDB process, seconds of CPU) is answered from the cache
+    by every later process: the second process finds the same names with its subprocesses made
+    to fail, so only the cache can answer."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    root = str(Path(__file__).resolve().parents[1])
+    probe = ("import sys; sys.path.insert(0, sys.argv[1])\n{setup}from polysql_ray.engines import guard\n"
+             "print(sorted(guard.duckdb_path_functions()))")
+    no_subprocess = ("import subprocess as sp\ndef run(*a, **k):\n    print('PROBED')\n    raise OSError('no probe')\n"
+                     "sp.run = run\n")
+    first = subprocess.run([sys.executable, "-c", probe.format(setup=""), root], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert "duckdb_databases" in first.stdout and "current_setting" in first.stdout
+    [cache] = list((tmp_path / "polysql_ray").glob("duckdb-paths-*.json"))
+    assert "duckdb_databases" in cache.read_text()
+    second = subprocess.run([sys.executable, "-c", probe.format(setup=no_subprocess), root], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == first.stdout and "PROBED" not in second.stdout
+    # without the cache the same process probes (so the check above can fail)
+    env["XDG_CACHE_HOME"] = str(tmp_path / "empty")
+    third = subprocess.run([sys.executable, "-c", probe.format(setup=no_subprocess), root], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert "PROBED" in third.stdout, third.stderr

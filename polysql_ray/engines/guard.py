@@ -24,6 +24,7 @@ only protection.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -345,24 +346,59 @@ def duckdb_path_functions() -> frozenset[str]:
     with each setting whose value holds the marker (``current_setting('temp_directory')``).
     DuckDB 2.0: ``current_setting``, ``duckdb_databases``, ``duckdb_settings``,
     ``pragma_database_list``, ``duckdb_temporary_files``, ``duckdb_extensions`` ... Computed once
-    per process (a few seconds); :data:`DUCKDB_PATH_FALLBACK` when the probe cannot run."""
+    per process; the probe (3-6 s of CPU) runs once per installed DuckDB and probe text: its
+    answer is kept in ``$XDG_CACHE_HOME/polysql_ray/duckdb-paths-<version>-<hash>.json`` (every
+    execution actor that builds a DuckDB engine reads it instead of probing again; the cache is
+    written atomically and skipped when unwritable). :data:`DUCKDB_PATH_FALLBACK` when the probe
+    cannot run (not cached)."""
     global _DUCKDB_PATHS
     if _DUCKDB_PATHS is None:
         import json
         import subprocess
         import sys
 
+        cache = _duckdb_paths_cache()
         found: set[str] | None = None
         try:
-            out = subprocess.run([sys.executable, "-c", _PATH_PROBE], capture_output=True, text=True,
-                                 timeout=300).stdout
-            for line in out.splitlines():
-                if line.startswith("POLYSQL_PATHS "):
-                    found = set(json.loads(line.split(" ", 1)[1]))
-        except (OSError, subprocess.SubprocessError, ValueError):
+            found = set(json.loads(cache.read_text())) if cache is not None and cache.is_file() else None
+        except (OSError, ValueError):
             found = None
+        if not found:
+            try:
+                out = subprocess.run([sys.executable, "-c", _PATH_PROBE], capture_output=True, text=True,
+                                     timeout=300).stdout
+                for line in out.splitlines():
+                    if line.startswith("POLYSQL_PATHS "):
+                        found = set(json.loads(line.split(" ", 1)[1]))
+            except (OSError, subprocess.SubprocessError, ValueError):
+                found = None
+            if found and cache is not None:
+                try:
+                    cache.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps(sorted(found)))
+                    os.replace(tmp, cache)
+                except OSError:
+                    pass
         _DUCKDB_PATHS = frozenset(found) if found else DUCKDB_PATH_FALLBACK
     return _DUCKDB_PATHS
+
+
+def _duckdb_paths_cache():
+    """Where :func:`duckdb_path_functions` keeps its probe's answer (a :class:`pathlib.Path`),
+    keyed by the installed DuckDB's version and the probe's text; None when DuckDB is not
+    installed."""
+    import hashlib
+    from importlib import metadata
+    from pathlib import Path
+
+    try:
+        version = metadata.version("duckdb")
+    except metadata.PackageNotFoundError:
+        return None
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "polysql_ray"
+    digest = hashlib.sha256(_PATH_PROBE.encode()).hexdigest()[:12]
+    return root / f"duckdb-paths-{version}-{digest}.json"
 
 
 def named(sql: str, dialect: str, names: frozenset[str]) -> str | None:
