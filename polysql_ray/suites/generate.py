@@ -21,8 +21,9 @@ queries' literals. Here, for candidate ``i`` of source ``db`` under ``seed``:
   and every correct NULL-safe prediction (``LEFT JOIN ... IS NULL``, ``NOT EXISTS``) would
   fail on that database (read on Spider dev: four such items, all right, in version 1);
 * no value creates a disagreement between engines that the source lacks
-  (:mod:`polysql_ray.suites.portability`, from the engines' declared semantics): no NULL in a
-  column a gold orders by when the source column has none (NULL placement differs), and no
+  (:mod:`polysql_ray.suites.portability`, from the engines' declared semantics): no drawn NULL
+  in a column a gold orders by (NULL placement differs; a copied source row keeps its own
+  NULL with the values it came with, so the gold's filters treat it as on the source), and no
   added value (gold literal, upper-cased variant, LIKE core) equal to another value of its
   column but for case, accents or trailing spaces (MariaDB's ``_ci`` PAD SPACE collations);
   version 2 drew both, and on PostgreSQL and MariaDB the gold's own text failed suite EX there;
@@ -93,6 +94,7 @@ class Column:
     not_null: bool
     check: str | None  # key of typemap.CONFORMS the replication decided for it (None: storage)
     domain: list = field(default_factory=list)  # distinct observed + literal + boundary values
+    no_drawn_null: bool = False  # a gold orders by it: NULLs only from copied source rows (portability)
     nonconforming: list = field(default_factory=list)  # observed values outside the declared family
 
 
@@ -271,10 +273,11 @@ def _table(con: sqlite3.Connection, spec: TableSpec, by_name: dict[str, TableSpe
         if c.fallback is None and fam is not None:
             check = "VARCHAR(n)" if (fam.check == "VARCHAR" and c.length) else fam.check
         observed = sorted({r[j] for r in rows if r[j] is not None}, key=_typed_key)
-        # an ORDER BY key without NULLs in the source gets none (portability: null_order)
-        order_null_free = c.name.lower() in ordered and all(r[j] is not None for r in rows)
         col = Column(c.name, c.declared_type, c.not_null or c.name in spec.primary_key
-                     or c.name.lower() in never_null or order_null_free, check)
+                     or c.name.lower() in never_null, check)
+        # an ORDER BY key gets no drawn NULL (portability: null_order); a copied source row keeps
+        # its own, with the values it came with (so a gold's filter keeps it where it was)
+        col.no_drawn_null = c.name.lower() in ordered
         col.nonconforming = [v for v in observed if fam is not None and c.fallback is not None
                              and not stored.conforms(fam.check, fam.length, v)]
         extra = list(literals.get(c.name.lower(), []))
@@ -372,7 +375,7 @@ def generate_rows(model: SourceModel, index: int, seed: int, max_rows: int) -> d
             for j, c in enumerate(t.columns):
                 if base is not None:
                     row.append(base[j])
-                elif not c.not_null and rng.random() < null_rate:
+                elif not c.not_null and not c.no_drawn_null and rng.random() < null_rate:
                     row.append(None)
                 elif pools[j] and (any(j in u for u in t.unique) and rng.random() < 0.5):
                     row.append(rng.choice(c.domain))  # keys: the whole domain (fewer collisions)
@@ -386,7 +389,7 @@ def generate_rows(model: SourceModel, index: int, seed: int, max_rows: int) -> d
                 current = tuple(row[i] for i in cidx)
                 if copied and current in set(keys):
                     continue  # the source's own link, and its parent was generated
-                allow_null = all(not t.columns[i].not_null for i in cidx)
+                allow_null = all(not t.columns[i].not_null and not t.columns[i].no_drawn_null for i in cidx)
                 if not keys or (allow_null and rng.random() < null_rate):
                     pick = (None,) * len(cidx) if allow_null else None
                 else:
@@ -396,7 +399,8 @@ def generate_rows(model: SourceModel, index: int, seed: int, max_rows: int) -> d
                     break
                 for i, v in zip(cidx, pick):
                     row[i] = v
-            if row is None or any(row[j] is None and c.not_null for j, c in enumerate(t.columns)):
+            if row is None or any(row[j] is None and (c.not_null or (c.no_drawn_null and base is None))
+                                  for j, c in enumerate(t.columns)):
                 continue
             keys_ = [tuple(row[i] for i in u) for u in t.unique]
             if any(None not in k and k in s for k, s in zip(keys_, seen)):
