@@ -17,6 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from polysql_ray.config import CONF_DIR, make_conf_loader, redacted_yaml, to_plain
+from polysql_ray.jobs_cli import stdout_closed
 from polysql_ray.redaction import install_log_redaction, redact_text
 
 
@@ -143,7 +144,11 @@ def main() -> None:
         if msg is not None:
             print(f"polysql_ray: error: {redact_text(msg)}", file=sys.stderr)
             sys.exit(2)
-    _hydra_main()
+    try:
+        _hydra_main()
+    except BrokenPipeError:
+        sys.exit(stdout_closed("polysql_ray"))
+
 
 
 if __name__ == "__main__":

@@ -147,14 +147,16 @@ def run_job(prog: str, main: Callable[[list[str]], int], argv: Sequence[str] | N
     """Run ``main(argv)``; a user error prints ``<prog>: error: ...`` and returns 2;
     ``-h`` / ``--help`` / ``help`` prints :func:`help_text` and returns 0."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if any(a in HELP_FLAGS for a in args):
-        print(help_text(prog, main))
-        return 0
     try:
+        if any(a in HELP_FLAGS for a in args):
+            print(help_text(prog, main))
+            return 0
         return main(args)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return stdout_closed(prog)
     except Exception as exc:  # noqa: BLE001 - user errors become one line, bugs re-raise
         line = user_error_line(exc)
         if line is None:
@@ -163,3 +165,20 @@ def run_job(prog: str, main: Callable[[list[str]], int], argv: Sequence[str] | N
 
         print(f"{prog}: error: {redact_text(line)}", file=sys.stderr)
         return 2
+
+
+def stdout_closed(prog: str) -> int:
+    """What a command does when its standard output is closed under it (``... | head``): no
+    traceback, one line on stderr, exit 141 as a shell tool killed by SIGPIPE. Scores already
+    stored stay stored (the store writes parts as it goes), so a rerun continues."""
+    import os
+
+    try:  # further writes to the closed pipe (interpreter shutdown flush) go nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    try:
+        print(f"{prog}: standard output closed (broken pipe); stopped, stored scores are kept", file=sys.stderr)
+    except (BrokenPipeError, OSError):
+        pass
+    return 141

@@ -23,7 +23,8 @@ Values: a secret key's value is replaced by :data:`REDACTED` unless it is empty 
 Every string value, secret key or not, also goes through :func:`redact_text`: the userinfo of a
 URL (``http://user:pw@host`` -> ``http://<redacted>@host``), ``name=value`` pairs whose name
 is secret (query strings, libpq conninfo, echoed overrides), quoted ``"name": "value"`` pairs
-and ``Bearer <token>``.
+and ``Bearer <token>``. A usage text's placeholder value (``key=value``, ``key=<...>``) is
+kept (:data:`PLACEHOLDER_VALUES`).
 """
 from __future__ import annotations
 
@@ -74,13 +75,23 @@ _QUOTED = re.compile(r"(?P<q1>['\"])(?P<name>[A-Za-z_][\w.-]*)(?P=q1)(?P<sep>\s*
 _BEARER = re.compile(r"\b(?P<kind>Bearer|Basic)\s+(?P<val>[A-Za-z0-9._~+/=-]{6,})")
 
 
+#: Values that stand for a value in usage and help text (``key=value``, ``token=<token>``).
+PLACEHOLDER_VALUES = frozenset({"value", "...", "<value>", REDACTED})
+
+
+def _placeholder(val: str) -> bool:
+    """True for a usage text's stand-in value (:data:`PLACEHOLDER_VALUES`, any ``<word>``),
+    which holds no secret: ``usage: ... [key=value ...]`` is printed as written."""
+    return val.lower() in PLACEHOLDER_VALUES or (len(val) > 2 and val[0] == "<" and val[-1] == ">")
+
+
 def redact_text(text):
     """``text`` with every secret it carries masked (module docstring); other values as given."""
     if not isinstance(text, str) or not text:
         return text
     out = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
     out = _PAIR.sub(lambda m: (f"{m['name']}{m['sep']}{m['q']}{REDACTED}" if is_secret_key(m["name"])
-                               and m["val"] != REDACTED else m[0]), out)
+                               and not _placeholder(m["val"]) else m[0]), out)
     out = _QUOTED.sub(lambda m: (f"{m['q1']}{m['name']}{m['q1']}{m['sep']}{m['q2']}{REDACTED}{m['q2']}"
                                  if is_secret_key(m["name"]) else m[0]), out)
     return _BEARER.sub(lambda m: f"{m['kind']} {REDACTED}", out)

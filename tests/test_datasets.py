@@ -212,8 +212,9 @@ def test_config_errors(tmp_path):
         load_dataset({"name": "s", "layout": "spyder", "root": str(tmp_path)})
     with pytest.raises(DatasetError, match=r"has no 'layout'"):
         load_dataset({"name": "s"})
-    with pytest.raises(DatasetError, match=r"limit must be a non-negative integer"):
-        load_dataset({"name": "s", "layout": "spider", "root": str(tmp_path), "limit": "ten"})
+    for bad in ("ten", 0, -1, True):   # 0 selected nothing and still started Ray
+        with pytest.raises(DatasetError, match=r"limit must be a positive integer or null"):
+            load_dataset({"name": "s", "layout": "spider", "root": str(tmp_path), "limit": bad})
     (tmp_path / "dev.json").write_text('[{"db_id": "a", "question": "q", "query": "x"}]')
     with pytest.raises(DatasetError, match=r"db_ids \['b'\] match no question"):
         load_dataset({"name": "s", "layout": "spider", "root": str(tmp_path), "db_ids": ["b"]})

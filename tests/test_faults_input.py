@@ -132,6 +132,18 @@ def test_redact_text_masks_conninfo_and_urls_but_not_engine_messages():
         "cannot reach mysql://<redacted>@127.0.0.1:3306/db"
     msg = 'duplicate key value violates unique constraint "pk" DETAIL: Key (id)=(5) already exists.'
     assert redact_text(msg) == msg
+    # a usage line's placeholders are no secrets; a real value beside them still is
+    usage = "usage: python -m jobs.suites build|replicate [key=value ...] token=<token>"
+    assert redact_text(usage) == usage
+    assert redact_text("api_key=sk-9 key=value") == "api_key=<redacted> key=value"
+
+
+def test_job_usage_line_is_printed_as_written():
+    """`python -m jobs.suites bogus` printed its usage as `key=<redacted>`."""
+    import subprocess, sys
+    out = subprocess.run([sys.executable, "-m", "jobs.suites", "bogus"], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.strip() == "jobs.suites: error: usage: python -m jobs.suites build|replicate [key=value ...]"
 
 
 def test_secrets_are_redacted_in_written_config():
@@ -389,3 +401,39 @@ def test_a_misspelt_key_or_missing_option_is_one_line_and_exit_2(tmp_path):
         "polysql_ray: error: no config key 'dialect': check its spelling against the README's parameter "
         "table (a key the project does not define cannot be set)"], res.stderr
     assert not (tmp_path / "scores").exists()
+
+
+@pytest.mark.parametrize("argv", [["-m", "jobs.suites", "--help"], ["-m", "polysql_ray", "--help"]])
+def test_closed_stdout_is_one_line_not_a_traceback(argv):
+    """`... | head` closes standard output under a command: one line on stderr, exit 141 (as a
+    tool killed by SIGPIPE), no BrokenPipeError traceback. The pipe's read end is closed before
+    the command starts, so its first write fails whatever the machine's load."""
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        out = subprocess.run([sys.executable, *argv], stdout=w, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(w)
+    assert "Traceback" not in out.stderr, out.stderr
+    assert out.returncode == 141, (out.returncode, out.stderr)
+    assert out.stderr.strip().endswith("standard output closed (broken pipe); stopped, stored scores are kept")
+
+
+def test_sqlglot_fallback_warning_is_not_printed_per_parse(caplog):
+    """A prediction sqlglot cannot read (`SET ROLE ...`) printed "Falling back to parsing as a
+    'Command'" four times (guard, structural check, shape); the guard's refusal is what the
+    user needs, and it is still one typed status."""
+    import logging
+
+    import polysql_ray  # noqa: F401 - the import sets the level in every process
+    from polysql_ray.engines.guard import check_statement
+
+    with caplog.at_level(logging.WARNING):
+        verdict = check_statement("SET ROLE postgres", "postgres")
+    assert verdict.action == "reject", verdict
+    assert logging.getLogger("sqlglot").getEffectiveLevel() == logging.ERROR
+    assert not [r for r in caplog.records if r.name.startswith("sqlglot")]

@@ -124,6 +124,21 @@ def test_replay_jsonl(tmp_path):
     assert partial[3].status is GenStatus.MISSING
 
 
+def test_replay_jsonl_of_another_dataset_is_refused_even_with_allow_partial(tmp_path):
+    """allow_partial scores a few unanswered questions as missing; a file whose question_ids
+    match none of the dataset's is the wrong file (another dataset, split or id scheme): one
+    line naming both id samples, not 0% with no warning."""
+    f = tmp_path / "p.jsonl"
+    f.write_text("\n".join(json.dumps({"question_id": f"spider_dev_{i}", "pred_sql": "SELECT 1"}) for i in range(3)))
+    gen = ReplayGenerator("m", f, allow_partial=True)
+    with pytest.raises(ReplayError, match=r"answers none of the 3 examples: its question_ids "
+                                          r"\(e\.g\. \['spider_dev_0'.*match none of the dataset's \(e\.g\. \['q0'"):
+        gen.check(_examples(3), ["sqlite"])
+    # a file answering only another dialect is still partial, not foreign
+    f.write_text(json.dumps({"question_id": "q0", "pred_sql": "SELECT 1", "dialect": "postgres"}))
+    assert ReplayGenerator("m", f, allow_partial=True).generate(_examples(2), "sqlite", "none")[0].status is GenStatus.MISSING
+
+
 @pytest.mark.parametrize("line, pattern", [
     ('{"question_id": "q0"}', r"line 1: no predicted SQL: add one of pred_sql, sql, predicted_sql"),
     ('{"pred_sql": "SELECT 1"}', r"line 1: 'question_id' missing"),

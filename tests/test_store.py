@@ -47,6 +47,22 @@ def test_buffered_writer_writes_few_files_and_flushes_on_error(tmp_path):
     assert store.read(cell_keys=["cellA"]).num_rows == 75
 
 
+def test_suite_unavailable_rows_are_pending_until_rescored(tmp_path):
+    """A row whose suite check could not run (suite copy failed, suite server down) is kept
+    for its original verdict but is pending work: the next run rescores it, and once a newer
+    row with a decided suite verdict is stored the key is done."""
+    store = ResultsStore(tmp_path)
+    rows = _rows("cellS", 3)
+    verdicts = pa.array(["pass", "unavailable", None], pa.string())
+    store.append(rows.set_column(rows.schema.get_field_index("suite_verdict"), "suite_verdict", verdicts))
+    k = [score_key("cellS", str(i)) for i in range(3)]
+    assert store.existing_keys(["cellS"]) == {k[0], k[2]} == store.existing_keys()
+    rescored = _rows("cellS", 1, start=1)
+    store.append(rescored.set_column(rescored.schema.get_field_index("suite_verdict"), "suite_verdict",
+                                     pa.array(["fail"], pa.string())))
+    assert store.existing_keys(["cellS"]) == set(k)
+
+
 def test_unwritable_results_dir_is_a_store_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -110,8 +110,9 @@ class DatasetConfig:
         check_name(kwargs["name"], "dataset.name", "use letters, digits, '_', '-' or '.' (e.g. dataset.name=spider)")
         if kwargs.get("limit") is not None:
             lim = kwargs["limit"]
-            if isinstance(lim, bool) or not isinstance(lim, int) or lim < 0:
-                raise DatasetError(f"dataset config '{kwargs['name']}': limit must be a non-negative integer or null, got {lim!r}")
+            if isinstance(lim, bool) or not isinstance(lim, int) or lim < 1:
+                raise DatasetError(f"dataset config '{kwargs['name']}': limit must be a positive integer or null "
+                                   f"(null: every question), got {lim!r}")
         if kwargs.get("db_ids") is not None:
             ids = kwargs["db_ids"]
             if isinstance(ids, str):

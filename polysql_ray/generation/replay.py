@@ -182,6 +182,15 @@ class ReplayGenerator:
                 index[qid] = (spec, row)
         out = [index[e.question_id][1] if e.question_id in index else None for e in examples]
         missing = [e.question_id for e, r in zip(examples, out) if r is None]
+        if (examples and len(missing) == len(examples) and self._rows
+                and not {e.question_id for e in examples} & {q for q, *_ in self._rows}):
+            # allow_partial covers a file that answers some questions, never one that answers
+            # none: its question_ids are of another dataset, split or naming scheme
+            sample = sorted({str(q) for q, *_ in self._rows})[:3]
+            raise ReplayError(
+                f"prediction file {self.path} answers none of the {len(examples)} examples: its "
+                f"question_ids (e.g. {sample}) match none of the dataset's "
+                f"(e.g. {[e.question_id for e in examples[:3]]}); is the file for another dataset or split?")
         if missing and not self.allow_partial:
             raise ReplayError(
                 f"prediction file {self.path} answers {len(examples) - len(missing)} of {len(examples)} "

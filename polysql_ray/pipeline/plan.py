@@ -14,7 +14,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from polysql_ray.datasets.example import Example
-from polysql_ray.generation.base import GenStatus, Prediction
+from polysql_ray.generation.base import Prediction
 
 
 @dataclass(frozen=True)

@@ -582,8 +582,14 @@ class ResultsStore:
                             filesystem=self.location.fs)
 
     def existing_keys(self, cell_keys: Iterable[str] | None = None) -> set[str]:
-        """Keys already scored (``scores/`` only: ``unavailable`` rows are pending work),
-        optionally restricted to some cells. Reads only two columns."""
+        """Keys already scored, optionally restricted to some cells. Reads only three columns.
+
+        Pending work, so not included: ``unavailable`` rows (they live apart, in
+        ``unavailable/``) and rows whose distilled-suite check could not run
+        (``suite_verdict = unavailable``: a suite copy failed or a suite execution met
+        infrastructure trouble). A suite-unavailable key is rescored by the next run, and the
+        newer row wins as everywhere (latest ``scored_at``); a key with any other stored row is
+        done."""
         files = self.files()
         if not files:
             return set()
@@ -593,6 +599,8 @@ class ResultsStore:
             if not cells:
                 return set()
             flt = pc.field("cell_key").isin(cells)
+        done = pc.is_null(pc.field("suite_verdict")) | (pc.field("suite_verdict") != "unavailable")
+        flt = done if flt is None else flt & done
         table = self._dataset(files).to_table(columns=["key"], filter=flt)
         return set(table.column("key").to_pylist())
 
