@@ -93,6 +93,10 @@ class Semantics:
             value from each group"); SQLite (the min()/max() row, else the last row scanned),
             PostgreSQL, DuckDB and ClickHouse refuse or define it. Used by the prediction-side
             determinism check (``comparison/verdict.py``).
+        pad_space: ``=`` on strings ignores trailing spaces (``'a' = 'a  '``) under the default
+            collation (MySQL/MariaDB PAD SPACE collations; the others compare text and VARCHAR
+            exactly). Used by suite generation (``suites/portability.py``) and flagged
+            ``collation_trailing_space`` by the fidelity study.
     """
 
     integer_division: bool
@@ -103,6 +107,7 @@ class Semantics:
     empty_sum_null: bool
     string_number: str
     arbitrary_ungrouped: bool = False
+    pad_space: bool = False
 
     def __post_init__(self) -> None:
         for name in ("nulls_asc", "nulls_desc"):

@@ -287,6 +287,8 @@ class MySQLEngine(ServerEngine):
         string_number="number",  # "Type Conversion in Expression Evaluation": a string compared with a
                                  # number compares as floating-point numbers
         arbitrary_ungrouped=True,
+        pad_space=True,          # "The PAD SPACE collations" (MariaDB "Character Sets and Collations":
+                                 # utf8mb4_general_ci is PAD SPACE): trailing spaces are ignored by =
     )
     # nothing proven across it: case- and accent-insensitive collations change =, GROUP BY, DISTINCT
     structural = StructuralFacts(identifiers=StructuralIdentifiers(False, False, False, "exact"),

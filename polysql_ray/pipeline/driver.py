@@ -510,7 +510,8 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
                 # suite EX (off: None): suites built/reused and copied like the sources
                 from polysql_ray.pipeline.suite_stage import SuiteStage
 
-                stats.suite = SuiteStage.prepare(cfg, grid, cells, progress, stats, replicate_task, server_settings)
+                stats.suite = SuiteStage.prepare(cfg, grid, cells, progress, stats, replicate_task, server_settings,
+                                                 originals=locations)
                 planner = Planner(grid, locations, stats.failed_replicas)  # 5
                 t0 = time.perf_counter()
                 schedule(cfg, grid, cells, pending, feed, planner, locations, store, progress, stats,

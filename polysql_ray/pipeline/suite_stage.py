@@ -59,10 +59,17 @@ def settings_of(cfg: dict):
     return SuiteSettings.from_config(cfg.get("suite"))
 
 
+#: Version of the suite scoring rules (:func:`_suite_verdict`): ``gp1`` leaves out, per question,
+#: a suite database on which the gold's own text disagrees across the engines while it agrees
+#: on the original. Part of the cell key with the suite version.
+SUITE_SCORING = "gp1"
+
+
 def suite_identity(cfg: dict) -> str:
     """What about suites can change a score, for the cell key: "" when ``suite.enabled`` is
-    false (cell keys as before suites existed), else the suite version and every setting that
-    decides what a seed builds (``|suite-<version>-s<seed>-n<size>-c<candidates>-r<max_rows>``).
+    false (cell keys as before suites existed), else the suite version, every setting that
+    decides what a seed builds and the scoring rules
+    (``|suite-<version>-s<seed>-n<size>-c<candidates>-r<max_rows>-<SUITE_SCORING>``).
     The suite's content follows from these and the source (whose fingerprint is in every
     score key); its content key is stored per row (``suite_key``)."""
     from polysql_ray.suites import SUITE_VERSION
@@ -70,7 +77,7 @@ def suite_identity(cfg: dict) -> str:
     s = settings_of(cfg)
     if not s.enabled:
         return ""
-    return f"|suite-{SUITE_VERSION}-s{s.seed}-n{s.size}-c{s.candidates}-r{s.max_rows}"
+    return f"|suite-{SUITE_VERSION}-s{s.seed}-n{s.size}-c{s.candidates}-r{s.max_rows}-{SUITE_SCORING}"
 
 
 @ray.remote
@@ -113,16 +120,21 @@ class SuiteStage:
         "copies": 0, "copies_failed": 0, "rows": 0, "rows_on_suite": 0, "rows_proven": 0,
         "exec_requested": collections.Counter(), "exec_unique": collections.Counter()})
     _gold_sql: dict = field(default_factory=dict)
+    #: ``{(dataset, db_id, engine): location}`` of the original databases' replicas (the
+    #: driver's), for the gold's own cross-engine check on the original (:func:`_suite_verdict`)
+    originals: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ 1. build, replicate
     @classmethod
-    def prepare(cls, cfg: dict, grid, cells, progress, run_stats, replicate_task, server_settings):
+    def prepare(cls, cfg: dict, grid, cells, progress, run_stats, replicate_task, server_settings,
+                originals: dict | None = None):
         """Build (or reuse) the suites of the cells' SQLite source databases and copy each
         suite database into every target engine of those cells (module docstring, stage 1).
 
         Args:
             replicate_task: the driver's replication Ray task (same copy, same verification).
             server_settings: ``(cfg, engine) -> settings | None`` of the driver.
+            originals: ``{(dataset, db_id, engine): location}`` of the original replicas.
         Returns: the stage, or None when ``suite.enabled`` is false.
         """
         from polysql_ray.datasets.example import SourceDatabase
@@ -131,7 +143,7 @@ class SuiteStage:
         settings = settings_of(cfg)
         if not settings.enabled:
             return None
-        stage = cls(grid.policy)
+        stage = cls(grid.policy, originals=dict(originals or {}))
         cache = os.path.abspath(settings.dir or os.path.join(os.path.dirname(cfg["replication"]["dir"]), "suites"))
         t0 = time.perf_counter()
         wanted: dict[tuple[str, str], tuple[str, list[str]]] = {}
@@ -273,6 +285,16 @@ class SuiteStage:
             gold_sql, gold_ps = self._gold_sql[sk]
             pred_sql = executed_sql(it.prediction.pred_sql, default_dialect(cell.target_engine), self.policy)
             ps = it.pred_shape
+            # the gold's own text on the target (the gold model's prediction): where it agrees with
+            # the gold on the original but not on a suite database, that database's values make the
+            # engines disagree, and it is left out for this question (_suite_verdict)
+            cross = cell.target_engine != ex.source_engine
+            gold_as_pred = executed_sql(ex.gold_sql, default_dialect(cell.target_engine), self.policy) \
+                if cross else None
+            orig_loc = self.originals.get((cell.dataset, ex.db_id, cell.target_engine)) if cross else None
+            orig = (request(ex.source_engine, ex.database.location, gold_sql, ex.db_id),
+                    request(ex.source_engine, ex.database.location, getattr(it.shape, "probe_sql", None), ex.db_id),
+                    request(cell.target_engine, orig_loc, gold_as_pred, ex.db_id)) if orig_loc else None
             dbs = []
             for d, loc in zip(suite.databases, locs):
                 dbs.append((d.name,
@@ -285,11 +307,15 @@ class SuiteStage:
                             request(cell.target_engine, loc, ps.ties_probe_sql if ps is not None and not ps.static
                                     else None, d.name),
                             request(ex.source_engine, d.path, gold_ps.cut_probe_sql if not gold_ps.static else None,
-                                    d.name)))
+                                    d.name),
+                            request(cell.target_engine, loc, gold_as_pred, d.name) if orig else None))
             metas.append({"row": i, "dbs": dbs, "shape": it.shape, "pred_shape": ps, "gold_shape": gold_ps,
                           "gen_status": GenStatus(it.prediction.status).value,
                           "pair": (gold_sql, pred_sql, ex.gold_dialect, default_dialect(cell.target_engine),
-                                   ex.source_engine, cell.target_engine)})
+                                   ex.source_engine, cell.target_engine),
+                          "orig": orig,
+                          "gold_pair": (gold_sql, gold_as_pred, ex.gold_dialect, default_dialect(cell.target_engine),
+                                        ex.source_engine, cell.target_engine) if orig else None})
         for c, vals in cols.items():
             idx = table.schema.get_field_index(c)
             table = table.set_column(idx, table.schema.field(c), pa.array(vals, table.schema.field(c).type))
@@ -357,7 +383,12 @@ def _suite_verdict(meta: dict, results: dict, policy) -> tuple[str, str, str, st
     at its ``ORDER BY ... LIMIT`` cut, a nested cut in a tie) the database cannot decide this
     question and is left out (flag ``<db>:gold_ambiguous``); so is a database where the gold
     does not run (distillation keeps none such for golds that run on the source) and one where
-    the prediction's verdict is ``inconclusive`` (its flags are kept). A prediction is
+    the prediction's verdict is ``inconclusive`` (its flags are kept). Across engines, the
+    gold's own text on the target (the gold model's prediction) is then decided against the
+    gold there: where it passes on the original database but not on this one, the database's
+    values make the engines disagree for this question (a disagreement the original lacks,
+    which generation avoids for the declared hazards, ``suites/portability.py``, and this
+    catches for the rest), so it is left out too (flag ``<db>:gold_unportable``). A prediction is
     suite-correct when no database that decides fails; the first failing database is named.
     An execution that could not run (``unavailable``) makes the row suite-unavailable
     (infrastructure, never the model's failure)."""
@@ -367,10 +398,16 @@ def _suite_verdict(meta: dict, results: dict, policy) -> tuple[str, str, str, st
     get = lambda k: results.get(k) if k is not None else None  # noqa: E731
     first_fail = None
     flags, n = [], 0
-    for name, g, p, t, pr, pp, pt, gc in meta["dbs"]:
+    gold_pair = Pair(*meta["gold_pair"]) if meta.get("gold_pair") else None
+    portable = False  # the gold's own text agrees across the engines on the original
+    if meta.get("orig"):
+        og, op, ogp = (get(k) for k in meta["orig"])
+        if og is not None and og.ok and ogp is not None:
+            portable = decide("ok", og, op, ogp, meta["shape"], policy, None, pair=gold_pair).verdict == "pass"
+    for name, g, p, t, pr, pp, pt, gc, gp in meta["dbs"]:
         gold, pred = get(g), get(pr)
         if any(r is not None and r.status is ExecStatus.UNAVAILABLE
-               for r in (gold, pred, get(p), get(t), get(pp), get(pt), get(gc))):
+               for r in (gold, pred, get(p), get(t), get(pp), get(pt), get(gc), get(gp))):
             return "unavailable", name, "suite_unavailable", ",".join(flags), n
         if gold is None or not gold.ok:
             flags.append(f"{name}:gold_{gold.status.value if gold is not None else 'missing'}")
@@ -379,6 +416,11 @@ def _suite_verdict(meta: dict, results: dict, policy) -> tuple[str, str, str, st
                      pred_shape=meta["gold_shape"], pred_probe=get(gc))
         if own.verdict != "pass" or GOLD_AMBIGUOUS & set(own.flags):
             flags.append(f"{name}:gold_ambiguous")
+            continue
+        if portable and gp is not None and get(gp) is not None and decide(
+                "ok", gold, get(p), get(gp), meta["shape"], policy, None, pair=gold_pair,
+                ties_probe=get(t)).verdict != "pass":
+            flags.append(f"{name}:gold_unportable")
             continue
         v = decide(meta["gen_status"], gold, get(p), pred, meta["shape"], policy, None, pair=Pair(*meta["pair"]),
                    ties_probe=get(t), pred_shape=meta["pred_shape"], pred_probe=get(pp), pred_ties_probe=get(pt))

@@ -27,7 +27,7 @@ Verdict vocabulary (stored verbatim):
 Suite EX columns (additive, :data:`SUITE_COLUMNS`; null when ``suite.enabled`` is false or the
 question's database has no suite; a store written before them still reads, :func:`conform`):
 
-* ``suite_key``: the suite's identity ``suite-2:<fingerprint[:16]>`` (:meth:`Suite.key`).
+* ``suite_key``: the suite's identity ``suite-4:<fingerprint[:16]>`` (:meth:`Suite.key`).
 * ``suite_verdict``: ``pass`` when the prediction matches the gold on the original database
   *and* on every suite database; ``fail`` when it passed on the original and fails on one
   suite database that decides (one where the gold itself is ambiguous, ties at its LIMIT cut,

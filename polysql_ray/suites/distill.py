@@ -46,6 +46,7 @@ from polysql_ray.suites.generate import (
     GenerationError, content_fingerprint, generate_candidate, read_source, type_decisions,
 )
 from polysql_ray.suites.neighbors import Neighbor, neighbors
+from polysql_ray.suites.portability import Portability
 from polysql_ray.suites.spec import SUITE_VERSION, Suite, SuiteDatabase, SuiteSettings, suite_fingerprint
 
 #: Sandbox limits for distillation runs (candidates are small; a neighbor that drops a join
@@ -123,7 +124,8 @@ def golds_hash(gold_sqls: list[str]) -> str:
 
 def suite_for(db_id: str, source: str | os.PathLike, seed: int, size: int, gold_sqls: list[str],
               cache_dir: str | os.PathLike, *, dataset: str = "spider", settings: SuiteSettings | None = None,
-              policy: ComparisonPolicy | None = None, force: bool = False) -> Suite:
+              policy: ComparisonPolicy | None = None, force: bool = False,
+              portability: Portability | None = None) -> Suite:
     """The distilled suite of one SQLite source database (built, or reused from ``cache_dir``).
 
     Args:
@@ -136,6 +138,9 @@ def suite_for(db_id: str, source: str | os.PathLike, seed: int, size: int, gold_
         settings: ``candidates`` and ``max_rows`` (``seed``/``size`` above win).
         policy: comparison policy deciding "distinguished" (default policy).
         force: rebuild even when a matching suite is cached.
+        portability: the cross-engine hazards generation avoids
+            (:mod:`polysql_ray.suites.portability`; default: those of every declared engine, so
+            one suite serves every dialect).
 
     Returns: the :class:`Suite`; ``figures`` holds the distillation figures.
     Raises: :class:`GenerationError` when the source is missing or unreadable.
@@ -143,8 +148,9 @@ def suite_for(db_id: str, source: str | os.PathLike, seed: int, size: int, gold_
     settings = settings or SuiteSettings()
     policy = policy or ComparisonPolicy()
     source = str(Path(source).resolve())
-    model = read_source(source, db_id, gold_sqls)
-    inputs = {"version": SUITE_VERSION, "source_hash": model.source_hash, "seed": seed, "size": size,
+    portability = portability if portability is not None else Portability.for_engines()
+    model = read_source(source, db_id, gold_sqls, portability)
+    inputs = {"version": SUITE_VERSION, "portability": list(portability.names), "source_hash": model.source_hash, "seed": seed, "size": size,
               "candidates": settings.candidates, "max_rows": settings.max_rows,
               "golds": golds_hash(gold_sqls), "policy": policy.fingerprint()}
     ikey = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
@@ -231,6 +237,7 @@ def suite_for(db_id: str, source: str | os.PathLike, seed: int, size: int, gold_
         "distinguished_by_candidates": len(set().union(*covers)) if covers else 0,
         "rows_kept": [cand_rows[c] for c in kept], "seconds": round(time.perf_counter() - t0, 2),
         "by_rule": _by_rule(golds, ids, covered | src_cov),
+        "portability": list(portability.names),
     }
     suite = Suite(dataset, db_id, SUITE_VERSION, seed, size, model.source_hash, dbs,
                   suite_fingerprint(SUITE_VERSION, [d.fingerprint for d in dbs]), figures)

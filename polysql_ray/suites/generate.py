@@ -20,6 +20,13 @@ queries' literals. Here, for candidate ``i`` of source ``db`` under ``seed``:
   whatever the question (three-valued logic), so the gold would stop being a valid reference
   and every correct NULL-safe prediction (``LEFT JOIN ... IS NULL``, ``NOT EXISTS``) would
   fail on that database (read on Spider dev: four such items, all right, in version 1);
+* no value creates a disagreement between engines that the source lacks
+  (:mod:`polysql_ray.suites.portability`, from the engines' declared semantics): no drawn NULL
+  in a column a gold orders by (NULL placement differs; a copied source row keeps its own
+  NULL with the values it came with, so the gold's filters treat it as on the source), and no
+  added value (gold literal, upper-cased variant, LIKE core) equal to another value of its
+  column but for case, accents or trailing spaces (MariaDB's ``_ci`` PAD SPACE collations);
+  version 2 drew both, and on PostgreSQL and MariaDB the gold's own text failed suite EX there;
 * the row count of each table is drawn up to ``min(source rows, max_rows)``.
 
 A value whose stored form would change the replication's type decision for its column
@@ -49,6 +56,7 @@ from polysql_ray.replication.constraints import resolve_foreign_key
 from polysql_ray.replication.sqlite_reader import SqliteReader, quote_ident
 from polysql_ray.replication.spec import TableSpec
 from polysql_ray.replication.typemap import CONFORMS, declared_family
+from polysql_ray.suites.portability import Portability, order_key_columns
 
 #: Knobs each candidate draws from (index i picks one of each by its random stream).
 COPY_RATES = (0.0, 0.3, 0.6, 0.9)
@@ -86,6 +94,7 @@ class Column:
     not_null: bool
     check: str | None  # key of typemap.CONFORMS the replication decided for it (None: storage)
     domain: list = field(default_factory=list)  # distinct observed + literal + boundary values
+    no_drawn_null: bool = False  # a gold orders by it: NULLs only from copied source rows (portability)
     nonconforming: list = field(default_factory=list)  # observed values outside the declared family
 
 
@@ -216,10 +225,13 @@ class _Stored:
         return bool(self.con.execute(f"SELECT ({pred}) FROM (SELECT ? AS v)", (value,)).fetchone()[0])
 
 
-def read_source(path: str | os.PathLike, db_id: str, gold_sqls: list[str] = ()) -> SourceModel:
+def read_source(path: str | os.PathLike, db_id: str, gold_sqls: list[str] = (),
+                portability: Portability | None = None) -> SourceModel:
     """Read the schema, type decisions, unique sets, foreign keys, rows and domains of ``path``.
 
-    Raises :class:`GenerationError` when the file is missing or unreadable.
+    ``portability``: the hazards the domains avoid (default: those of every declared engine,
+    :meth:`Portability.for_engines`). Raises :class:`GenerationError` when the file is missing
+    or unreadable.
     """
     path = str(Path(path).resolve())
     if not os.path.exists(path):
@@ -230,6 +242,8 @@ def read_source(path: str | os.PathLike, db_id: str, gold_sqls: list[str] = ()) 
     by_name = {t.name: t for t in specs}
     literals = literal_values(list(gold_sqls))
     never_null = not_in_columns(list(gold_sqls))  # columns kept free of NULLs
+    portability = portability if portability is not None else Portability.for_engines()
+    ordered = order_key_columns(list(gold_sqls)) if portability.order_keys_null_free else set()
     stored = _Stored()
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     con.text_factory = str
@@ -238,14 +252,16 @@ def read_source(path: str | os.PathLike, db_id: str, gold_sqls: list[str] = ()) 
             "SELECT type, sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' "
             "ORDER BY CASE type WHEN 'table' THEN 0 WHEN 'index' THEN 1 ELSE 2 END, rowid")
             if typ in ("table", "index")]
-        tables = [_table(con, spec, by_name, literals, stored, never_null) for spec in specs]
+        tables = [_table(con, spec, by_name, literals, stored, never_null, ordered, portability)
+                  for spec in specs]
     finally:
         con.close()
     return SourceModel(db_id, ddl, tables, reader.content_hash(src))
 
 
 def _table(con: sqlite3.Connection, spec: TableSpec, by_name: dict[str, TableSpec],
-           literals: dict[str, list], stored: _Stored, never_null: set[str] = frozenset()) -> Table:
+           literals: dict[str, list], stored: _Stored, never_null: set[str] = frozenset(),
+           ordered: set[str] = frozenset(), portability: Portability = Portability()) -> Table:
     q = quote_ident(spec.name)
     rows = [tuple(r) for r in con.execute(f"SELECT * FROM {q} ORDER BY rowid")] if _has_rowid(con, q) \
         else sorted((tuple(r) for r in con.execute(f"SELECT * FROM {q}")), key=lambda r: [_typed_key(v) for v in r])
@@ -259,6 +275,9 @@ def _table(con: sqlite3.Connection, spec: TableSpec, by_name: dict[str, TableSpe
         observed = sorted({r[j] for r in rows if r[j] is not None}, key=_typed_key)
         col = Column(c.name, c.declared_type, c.not_null or c.name in spec.primary_key
                      or c.name.lower() in never_null, check)
+        # an ORDER BY key gets no drawn NULL (portability: null_order); a copied source row keeps
+        # its own, with the values it came with (so a gold's filter keeps it where it was)
+        col.no_drawn_null = c.name.lower() in ordered
         col.nonconforming = [v for v in observed if fam is not None and c.fallback is not None
                              and not stored.conforms(fam.check, fam.length, v)]
         extra = list(literals.get(c.name.lower(), []))
@@ -267,10 +286,13 @@ def _table(con: sqlite3.Connection, spec: TableSpec, by_name: dict[str, TableSpe
             extra += [min(nums), max(nums)]
         domain = list(observed)
         seen = set(map(_typed_key, domain))
+        folded = {portability.text_key(v) for v in domain if isinstance(v, str)}
         for v in extra:
             sv = stored.stored(c.declared_type, v)
             if sv is None or _typed_key(sv) in seen:
                 continue
+            if isinstance(sv, str) and portability.text_key(sv) in folded:
+                continue  # equal to a value of the column but for case/trailing spaces (portability)
             if c.fallback is None and not stored.conforms(check, c.length, sv):
                 continue
             if observed and type(sv) is not type(observed[0]) and not (
@@ -278,6 +300,8 @@ def _table(con: sqlite3.Connection, spec: TableSpec, by_name: dict[str, TableSpe
                 continue  # a text literal compared with a numeric column (or the reverse)
             domain.append(sv)
             seen.add(_typed_key(sv))
+            if isinstance(sv, str):
+                folded.add(portability.text_key(sv))
         col.domain = domain
         cols.append(col)
     unique: list[tuple[int, ...]] = []
@@ -351,7 +375,7 @@ def generate_rows(model: SourceModel, index: int, seed: int, max_rows: int) -> d
             for j, c in enumerate(t.columns):
                 if base is not None:
                     row.append(base[j])
-                elif not c.not_null and rng.random() < null_rate:
+                elif not c.not_null and not c.no_drawn_null and rng.random() < null_rate:
                     row.append(None)
                 elif pools[j] and (any(j in u for u in t.unique) and rng.random() < 0.5):
                     row.append(rng.choice(c.domain))  # keys: the whole domain (fewer collisions)
@@ -365,7 +389,7 @@ def generate_rows(model: SourceModel, index: int, seed: int, max_rows: int) -> d
                 current = tuple(row[i] for i in cidx)
                 if copied and current in set(keys):
                     continue  # the source's own link, and its parent was generated
-                allow_null = all(not t.columns[i].not_null for i in cidx)
+                allow_null = all(not t.columns[i].not_null and not t.columns[i].no_drawn_null for i in cidx)
                 if not keys or (allow_null and rng.random() < null_rate):
                     pick = (None,) * len(cidx) if allow_null else None
                 else:
@@ -375,7 +399,8 @@ def generate_rows(model: SourceModel, index: int, seed: int, max_rows: int) -> d
                     break
                 for i, v in zip(cidx, pick):
                     row[i] = v
-            if row is None or any(row[j] is None and c.not_null for j, c in enumerate(t.columns)):
+            if row is None or any(row[j] is None and (c.not_null or (c.no_drawn_null and base is None))
+                                  for j, c in enumerate(t.columns)):
                 continue
             keys_ = [tuple(row[i] for i in u) for u in t.unique]
             if any(None not in k and k in s for k, s in zip(keys_, seen)):
