@@ -259,19 +259,7 @@ def duckdb_file_readers() -> frozenset[str]:
     :data:`DUCKDB_SQL_FROM_TEXT` when DuckDB is not installed or the probe fails."""
     global _DUCKDB_READERS
     if _DUCKDB_READERS is None:
-        import json
-        import subprocess
-        import sys
-
-        found: set[str] = set()
-        try:
-            out = subprocess.run([sys.executable, "-c", _READER_PROBE], capture_output=True, text=True,
-                                 timeout=120).stdout
-            for line in out.splitlines():
-                if line.startswith("POLYSQL_READERS "):
-                    found = set(json.loads(line.split(" ", 1)[1]))
-        except (OSError, subprocess.SubprocessError, ValueError):
-            pass
+        found = _child_probe(_READER_PROBE, "POLYSQL_READERS", 120) or set()
         _DUCKDB_READERS = frozenset(found) | DUCKDB_SQL_FROM_TEXT
     return _DUCKDB_READERS
 
@@ -354,8 +342,6 @@ def duckdb_path_functions() -> frozenset[str]:
     global _DUCKDB_PATHS
     if _DUCKDB_PATHS is None:
         import json
-        import subprocess
-        import sys
 
         cache = _duckdb_paths_cache()
         found: set[str] | None = None
@@ -364,14 +350,7 @@ def duckdb_path_functions() -> frozenset[str]:
         except (OSError, ValueError):
             found = None
         if not found:
-            try:
-                out = subprocess.run([sys.executable, "-c", _PATH_PROBE], capture_output=True, text=True,
-                                     timeout=300).stdout
-                for line in out.splitlines():
-                    if line.startswith("POLYSQL_PATHS "):
-                        found = set(json.loads(line.split(" ", 1)[1]))
-            except (OSError, subprocess.SubprocessError, ValueError):
-                found = None
+            found = _child_probe(_PATH_PROBE, "POLYSQL_PATHS", 300)
             if found and cache is not None:
                 try:
                     cache.parent.mkdir(parents=True, exist_ok=True)
@@ -382,6 +361,24 @@ def duckdb_path_functions() -> frozenset[str]:
                     pass
         _DUCKDB_PATHS = frozenset(found) if found else DUCKDB_PATH_FALLBACK
     return _DUCKDB_PATHS
+
+
+def _child_probe(code: str, marker: str, timeout_s: float) -> set[str] | None:
+    """Run probe ``code`` in a child Python (a DuckDB that crashes or hangs takes only the
+    child) and return the JSON list it prints after ``marker``; None when it prints none,
+    fails or runs past ``timeout_s`` seconds."""
+    import json
+    import subprocess
+    import sys
+
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s).stdout
+        for line in out.splitlines():
+            if line.startswith(marker + " "):
+                return set(json.loads(line.split(" ", 1)[1]))
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return None
 
 
 def _duckdb_paths_cache():
