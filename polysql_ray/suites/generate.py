@@ -48,7 +48,6 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import sqlglot
 from sqlglot import exp
 
 from polysql_ray.datasets.example import SourceDatabase
@@ -56,7 +55,7 @@ from polysql_ray.replication.constraints import resolve_foreign_key
 from polysql_ray.replication.sqlite_reader import SqliteReader, quote_ident
 from polysql_ray.replication.spec import TableSpec
 from polysql_ray.replication.typemap import CONFORMS, declared_family
-from polysql_ray.suites.portability import Portability, order_key_columns
+from polysql_ray.suites.portability import Portability, gold_trees, order_key_columns
 
 #: Knobs each candidate draws from (index i picks one of each by its random stream).
 COPY_RATES = (0.0, 0.3, 0.6, 0.9)
@@ -150,13 +149,7 @@ def literal_values(gold_sqls: list[str], dialect: str = "sqlite") -> dict[str, l
                     return
                 vals.extend((f, f - 1, f + 1))
 
-    for sql in gold_sqls:
-        try:
-            tree = sqlglot.parse_one(sql, read=dialect)
-        except Exception:  # noqa: BLE001 - unreadable gold: no literals
-            continue
-        if tree is None:
-            continue
+    for tree in gold_trees(gold_sqls, dialect):
         for node in tree.find_all(exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like,
                                   exp.In, exp.Between):
             col = node.this if isinstance(node.this, exp.Column) else None
@@ -185,12 +178,8 @@ def not_in_columns(gold_sqls: list[str], dialect: str = "sqlite") -> set[str]:
     ...)``; generation keeps them free of NULLs (module docstring). Unparsable gold gives
     nothing."""
     out: set[str] = set()
-    for sql in gold_sqls:
-        try:
-            tree = sqlglot.parse_one(sql, read=dialect)
-        except Exception:  # noqa: BLE001 - unreadable gold: nothing
-            continue
-        for node in (tree.find_all(exp.Not) if tree is not None else ()):
+    for tree in gold_trees(gold_sqls, dialect):
+        for node in tree.find_all(exp.Not):
             inner = node.this.unnest() if isinstance(node.this, exp.Expression) else None
             query = inner.args.get("query") if isinstance(inner, exp.In) else None
             sub = query.this if isinstance(query, exp.Subquery) else query

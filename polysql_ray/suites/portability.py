@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import unicodedata
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import sqlglot
 from sqlglot import exp
@@ -134,17 +134,25 @@ class Portability:
         return any(h.fold is not None for h in self.hazards)
 
 
-def order_key_columns(gold_sqls: Iterable[str], dialect: str = "sqlite") -> set[str]:
-    """Column names (lower case) that a gold's ``ORDER BY`` (at any depth) sorts by: the
-    columns of each key expression, through a select-list alias or position (``ORDER BY 2``),
-    except those only counted (``count(x)`` is never NULL). Unparsable gold gives nothing."""
-    out: set[str] = set()
+def gold_trees(gold_sqls: Iterable[str], dialect: str = "sqlite") -> Iterator[exp.Expression]:
+    """The sqlglot tree of each gold SQL that ``dialect`` parses, in order; an unparsable or
+    empty gold is skipped (suite generation reads what it can and never fails on a gold)."""
     for sql in gold_sqls:
         try:
             tree = sqlglot.parse_one(sql, read=dialect)
         except Exception:  # noqa: BLE001 - unreadable gold: nothing
             continue
-        for order in (tree.find_all(exp.Order) if tree is not None else ()):
+        if tree is not None:
+            yield tree
+
+
+def order_key_columns(gold_sqls: Iterable[str], dialect: str = "sqlite") -> set[str]:
+    """Column names (lower case) that a gold's ``ORDER BY`` (at any depth) sorts by: the
+    columns of each key expression, through a select-list alias or position (``ORDER BY 2``),
+    except those only counted (``count(x)`` is never NULL). Unparsable gold gives nothing."""
+    out: set[str] = set()
+    for tree in gold_trees(gold_sqls, dialect):
+        for order in tree.find_all(exp.Order):
             select = order.parent if isinstance(order.parent, exp.Select) else None
             projections = list(select.expressions) if select is not None else []
             aliases = {p.alias.lower(): p.this for p in projections if isinstance(p, exp.Alias)}
