@@ -29,7 +29,11 @@ def ray_init_kwargs(cfg: dict) -> dict[str, Any]:
     config's interpolation). ``ray.system_config`` (raylet settings, Ray's ``_system_config``)
     applies to a local cluster only; the default keeps no idle worker process beyond 10 s
     (``num_workers_soft_limit: 0``): Ray otherwise keeps one per CPU, and starts one more than
-    it uses when two scoring tasks arrive together (~80-240 MiB RSS each, for nothing)."""
+    it uses when two scoring tasks arrive together (~80-240 MiB RSS each, for nothing); and it
+    prestarts none (``prestart_worker_first_driver: false``, ``enable_worker_prestart: false``):
+    Ray otherwise starts one idle worker per CPU when the driver connects, and more ahead of
+    queued tasks, each a Python process importing Ray (~100 MiB, seconds of CPU) whether or not
+    the run ever gives it a task; a worker then starts when a task or actor first needs one."""
     rc = cfg.get("ray") or {}
     kwargs: dict[str, Any] = {"include_dashboard": bool(rc.get("include_dashboard", False)),
                               "log_to_driver": bool(rc.get("log_to_driver", False)),
