@@ -50,8 +50,8 @@ def _pids(r: int, n: int) -> list[int]:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
 def test_reaper_kills_every_noted_descendant_of_a_killed_driver():
     leaf = SLEEPER.format(spawn="")
-    mid = SLEEPER.format(spawn="import subprocess; subprocess.Popen([sys.executable, '-c', %r, sys.argv[1]], "
-                               "pass_fds=(int(sys.argv[1]),)); " % leaf)
+    mid = SLEEPER.format(spawn=f"import subprocess; subprocess.Popen([sys.executable, '-c', {leaf!r}, sys.argv[1]], "
+                               "pass_fds=(int(sys.argv[1]),)); ")
     r, w = os.pipe()
     driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(leaf=leaf, mid=mid), str(w)], pass_fds=(w,),
                               stdin=subprocess.PIPE)

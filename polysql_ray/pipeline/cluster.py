@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 from typing import Any, Mapping
 
@@ -255,12 +256,10 @@ for pid, t0 in seen.items():
 """
 
 
-def _start_reaper(driver: int | None = None, stdout: int | None = None) -> "subprocess.Popen | None":
+def _start_reaper(driver: int | None = None, stdout: int | None = None) -> subprocess.Popen | None:
     """Start :data:`REAPER` watching ``driver`` (default this process), in a session of its own
     (a signal to the driver's process group does not reach it); ``stdout``: where its lines go
     (default /dev/null). None without ``/proc``."""
-    import subprocess
-
     if not os.path.isdir("/proc"):
         return None
     return subprocess.Popen([sys.executable, "-I", "-S", "-c", REAPER, str(os.getpid() if driver is None else driver)],
