@@ -312,6 +312,30 @@ def test_ungrouped_column_flag_found_on_the_data(db, tmp_path):
     assert analyze_gold(grouped, "sqlite").ties_probe_sql is None
 
 
+def test_bare_column_of_a_tied_min_max_row_is_nondeterministic(db, tmp_path):
+    """SQLite takes a bare column from the min()/max() row; when two rows with different bare
+    values hold the extreme, it takes either (sqlite.org/lang_select.html): not a function of the
+    data, so ``nondeterministic_gold`` and inconclusive by default, found on the data."""
+    tied = "SELECT max(score), name FROM singer WHERE country = 'US'"  # score 8: Bob and ann
+    r = score(tied, "SELECT 8, 'Bob'", db, tmp_path)  # one of the two rows SQLite may take
+    assert "nondeterministic_gold" in r.flags and r.verdict == "inconclusive"
+    unique = "SELECT min(score), name FROM singer"  # score 5: Eve alone
+    r = score(unique, "SELECT 5, 'Eve'", db, tmp_path)
+    assert "nondeterministic_gold" not in r.flags and "ungrouped_column" in r.flags and r.verdict == "pass"
+    assert score(unique, "SELECT 5, 'Bob'", db, tmp_path).verdict == "fail"
+    per_group = "SELECT country, max(score), name FROM singer GROUP BY country"  # US: Bob and ann at 8
+    r = score(per_group, "SELECT 'FR', 9, 'Dee' UNION ALL SELECT 'US', 8, 'Bob' UNION ALL SELECT 'DE', 5, 'Eve'",
+              db, tmp_path)
+    assert r.verdict == "inconclusive" and "nondeterministic_gold" in r.flags
+    no_tie = "SELECT country, max(age), name FROM singer GROUP BY country"  # one oldest per country
+    r = score(no_tie, "SELECT 'FR', 52, 'Dee' UNION ALL SELECT 'US', 40, 'Bob' UNION ALL SELECT 'DE', 40, 'Eve'",
+              db, tmp_path)
+    assert r.verdict == "pass" and "nondeterministic_gold" not in r.flags and "ungrouped_column" in r.flags
+    # two aggregates: SQLite's rule does not apply, so no extreme-tie check (ungrouped flag only)
+    assert "x" not in (analyze_gold("SELECT max(score), count(*), name FROM singer", "sqlite").ties_probe_sql
+                       .split(" AS ")[-1])
+
+
 def test_inconclusive_flags_policy_turns_flagged_verdicts_inconclusive(db, tmp_path):
     pol = dataclasses.replace(POLICY, inconclusive_flags=("duplicates",))
     r = score("SELECT DISTINCT country FROM singer", "SELECT country FROM singer", db, tmp_path, policy=pol)

@@ -80,7 +80,7 @@ def test_rerun_scores_nothing_new(quickstart_run):
 def test_run_manifest_written(quickstart_run):
     out, *_ , stats, _t = quickstart_run
     manifest = json.loads((Path(out) / "runs" / stats.run_id / "manifest.json").read_text())
-    assert manifest["packages"]["ray"] and manifest["policy_version"] == "cmp-4"
+    assert manifest["packages"]["ray"] and manifest["policy_version"] == "cmp-5"
     assert {c["model"] for c in manifest["cells"]} == {"gold", "rewritten", "flawed"}
     assert (Path(out) / "runs" / stats.run_id / "config.yaml").read_text().strip()
 

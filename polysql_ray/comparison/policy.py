@@ -6,7 +6,7 @@ line) changes the fingerprint and therefore the cell key, so results under diffe
 never mix. The policy is built **once per run** (``ComparisonPolicy.from_config``) and passed
 as this object to every scoring task and to :func:`polysql_ray.comparison.verdict.decide`.
 
-Rules of the default policy (``cmp-4``):
+Rules of the default policy (``cmp-5``):
 
 * **Rows**: multiset (bag) comparison unless the gold has a top-level ORDER BY; then rows
   compare in order and rows tied on the ORDER BY keys compare as a multiset. Duplicates count
@@ -66,8 +66,9 @@ Rules of the default policy (``cmp-4``):
   change a verdict by themselves; a flag listed in ``inconclusive_flags`` turns a ``pass`` or
   ``fail`` carrying it into ``inconclusive``.
 * **Determinism**: a gold whose result is not a function of the data (random/uuid functions,
-  LIMIT without ORDER BY, a tie at an ORDER BY ... LIMIT cut below the top level, found on the
-  data by a probe query) is flagged ``nondeterministic_gold`` and, by default, scored
+  LIMIT without ORDER BY, a tie at an ORDER BY ... LIMIT cut below the top level, bare columns
+  taken from a min()/max() row that ties with another (``cmp-5``), found on the data by a probe
+  query) is flagged ``nondeterministic_gold`` and, by default, scored
   ``inconclusive``: its observed pass/fail depends on which tied row an engine happened to pick
   (Spider q954/q955 flip between MariaDB runs). A tie at the *top-level* cut is decided by the
   lenient rule above instead (any tied choice passes). The prediction is checked the same way
@@ -138,7 +139,7 @@ class ComparisonPolicy:
         name: the policy's label (``default``, ``testsuite``, ``bird`` ...: its file in
             ``conf/policy/``), stored in each score row's ``policy`` column; not part of the
             fingerprint (two names for the same rules share their scores).
-        version: policy version tag stored with every score (``cmp-4``); bumped whenever the
+        version: policy version tag stored with every score (``cmp-5``); bumped whenever the
             comparison *code* changes meaning, so old scores are recognisably different.
         abs_tol: absolute tolerance for non-integer numbers (paper: 1e-5).
         rel_tol: relative tolerance for non-integer numbers; see the module docstring.
@@ -198,7 +199,7 @@ class ComparisonPolicy:
     """
 
     name: str = "default"
-    version: str = "cmp-4"
+    version: str = "cmp-5"
     abs_tol: float = 1e-5
     rel_tol: float = 1e-9
     order: str = "auto"

@@ -214,13 +214,19 @@ def nested_ties_probe(tree: exp.Expression, dialect: str) -> str | None:
     When the top-level SELECT aggregates and outputs a column that is neither grouped nor
     aggregated (SQLite and MySQL take it from an arbitrary row of the group; SQLite from the
     min()/max() row when there is one such aggregate), column ``g`` counts the groups where that
-    column holds more than one distinct non-NULL value (flag ``ungrouped_column``). None when
-    neither check applies."""
+    column holds more than one distinct non-NULL value (flag ``ungrouped_column``). When that
+    SELECT's one aggregate is min() or max(), column ``x`` counts the groups where rows with
+    different bare values tie on the extreme: SQLite then takes the bare columns from any one of
+    them (sqlite.org/lang_select.html, "bare columns"), so the result is not a function of the
+    data (``nondeterministic_gold``). None when neither check applies."""
     cuts = _nested_cuts(tree)
     bare = _ungrouped_check(tree)
     if not cuts and bare is None:
         return None
     cols = [exp.alias_(exp.Subquery(this=bare), "g")] if bare is not None else []
+    tie = _extreme_tie_check(tree) if bare is not None else None
+    if tie is not None:
+        cols.append(exp.alias_(exp.Subquery(this=tie), "x"))
     for i, (sel, cut) in enumerate(cuts):
         if cut < 1 or sel.args.get("distinct"):
             return "SELECT no_tie_probe_possible"  # fails on every engine: conservative flag
@@ -255,7 +261,8 @@ def nested_ties_probe(tree: exp.Expression, dialect: str) -> str | None:
 def nested_ties(probe, nested_cuts: int = 1) -> tuple[str, ...]:
     """Flags from a :func:`nested_ties_probe` result (an Arrow table, or None when it did not
     run): ``nondeterministic_gold`` when a nested cut falls in a tie or cannot be excluded from
-    one (``nested_cuts > 0`` and no result), ``ungrouped_column`` when ``g > 0``."""
+    one (``nested_cuts > 0`` and no result), or when bare columns come from a tied min()/max()
+    row (``x > 0``); ``ungrouped_column`` when ``g > 0``."""
     row = probe.to_pylist()[0] if (probe is not None and probe.num_rows == 1) else None
     flags = []
     if nested_cuts:
@@ -263,6 +270,8 @@ def nested_ties(probe, nested_cuts: int = 1) -> tuple[str, ...]:
             flags.append("nondeterministic_gold")
     if row is not None and (row.get("g") or 0) > 0:
         flags.append("ungrouped_column")
+    if row is not None and (row.get("x") or 0) > 0 and "nondeterministic_gold" not in flags:
+        flags.append("nondeterministic_gold")
     return tuple(flags)
 
 
@@ -407,6 +416,50 @@ def _ungrouped_check(tree: exp.Expression) -> exp.Select | None:
         inner.set("having", exp.Having(this=_inline_aliases(inner.args["having"].this, selects)))
     cond = exp.or_(*[exp.GT(this=exp.column(f"b{j}"), expression=exp.Literal.number(1)) for j in range(len(bare))])
     return exp.select("COUNT(*)").from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("w")))) \
+        .where(cond)
+
+
+def _extreme_tie_check(tree: exp.Expression) -> exp.Select | None:
+    """For a top SELECT whose only aggregate is ``min(x)`` or ``max(x)`` and that outputs bare
+    columns (SQLite's documented bare-column rule: they come from the row holding the extreme):
+    ``SELECT COUNT(*)`` of the groups where two rows with different bare values both hold it.
+    None for any other shape (HAVING, several aggregates, DISTINCT or FILTER inside it)."""
+    top = tree
+    while isinstance(top, (exp.Subquery, exp.Paren)):
+        top = top.this
+    if not isinstance(top, exp.Select) or top.args.get("having") is not None:
+        return None
+    aggs = [n for s in top.selects for n in s.walk() if isinstance(n, exp.AggFunc)]
+    if len(aggs) != 1 or not isinstance(aggs[0], (exp.Min, exp.Max)) or aggs[0].expressions \
+            or isinstance(aggs[0].this, exp.Distinct) or aggs[0].find_ancestor(exp.Window, exp.Filter):
+        return None
+    agg = aggs[0]
+    keys = list(top.args["group"].expressions) if top.args.get("group") else []
+    grouped = {c.name.lower() for e in keys for c in e.find_all(exp.Column)}
+    bare = {}
+    for s in top.selects:
+        for col in s.find_all(exp.Column):
+            if col.find_ancestor(exp.AggFunc, exp.Subquery) is None and col.name.lower() not in grouped:
+                bare.setdefault(col.sql(), col)
+    if not bare:
+        return None
+    extreme = type(agg)(this=agg.this.copy())
+    window = exp.Window(this=extreme, partition_by=[k.copy() for k in keys]) if keys else exp.Window(this=extreme)
+    inner = top.copy()
+    for key in ("group", "having", "order", "limit", "offset", "distinct"):
+        inner.set(key, None)
+    inner.set("expressions", [exp.alias_(agg.this.copy(), "a"), exp.alias_(window, "m")]
+              + [exp.alias_(k.copy(), f"k{i}") for i, k in enumerate(keys)]
+              + [exp.alias_(c.copy(), f"c{j}") for j, c in enumerate(bare.values())])
+    held = exp.select(*[exp.column(f"k{i}") for i in range(len(keys))],
+                      *[exp.alias_(exp.Count(this=exp.Distinct(expressions=[exp.column(f"c{j}")])), f"b{j}")
+                        for j in range(len(bare))]) \
+        .from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("r")))) \
+        .where(exp.EQ(this=exp.column("a"), expression=exp.column("m")))
+    if keys:
+        held = held.group_by(*[exp.column(f"k{i}") for i in range(len(keys))])
+    cond = exp.or_(*[exp.GT(this=exp.column(f"b{j}"), expression=exp.Literal.number(1)) for j in range(len(bare))])
+    return exp.select("COUNT(*)").from_(exp.Subquery(this=held, alias=exp.TableAlias(this=exp.to_identifier("h")))) \
         .where(cond)
 
 
