@@ -234,6 +234,16 @@ def test_unset_address_starts_a_new_local_cluster():
     assert "_system_config" not in ray_init_kwargs({"ray": {"address": "auto", "system_config": sc}})
 
 
+def test_default_local_cluster_prestarts_no_worker():
+    """The shipped raylet settings turn Ray's worker prestart off (an idle Python worker per CPU
+    at the driver's start, more ahead of queued tasks); that the installed Ray accepts the keys
+    is shown by every pipeline test here, whose cluster starts with them (an unknown key stops
+    Ray's GCS from starting)."""
+    sc = ray_init_kwargs(compose([])[0])["_system_config"]
+    assert sc["prestart_worker_first_driver"] is False and sc["enable_worker_prestart"] is False
+    assert sc["num_workers_soft_limit"] == 0
+
+
 def test_statement_that_crashes_its_engine_is_isolated_to_its_own_item(ray_session, tmp_path):
     """The actor dies on one statement every time: Ray restarts it and retries the batch, the
     driver then splits the batch into single statements; only that one prediction gets a

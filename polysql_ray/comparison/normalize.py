@@ -45,6 +45,8 @@ comparable is data (:data:`_PAIR_MODES` and the policy), not branches scattered 
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as dt
 import decimal
 import math
@@ -159,6 +161,42 @@ def canonical_column(col: pa.Array | pa.ChunkedArray, policy: ComparisonPolicy) 
     if pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t):
         return Canon("temporal", temporal_text(arr), null, arr)
     return Canon("mixed", python_values(arr), null, arr)
+
+
+#: The canonical columns of each table already canonicalised in the open :func:`canonical_scope`
+#: (``(id(table), bool_as_int, trim_trailing_spaces) -> (table, [Canon])``; the table is held so
+#: its id is not reused while the scope is open), None outside one.
+_SCOPE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("canonical_scope", default=None)
+#: Tables of more cells (rows x columns) are canonicalised afresh each time, never kept.
+SCOPE_MAX_CELLS = 1_000_000
+
+
+@contextlib.contextmanager
+def canonical_scope():
+    """Within the block, :func:`canonical_columns` of one table object under one policy's
+    canonical-form settings is computed once: a scoring batch compares one gold result (the
+    same Arrow table) with every model's prediction, and each failed comparison's re-checks
+    (explanations, type coincidences, relaxed policies) canonicalise the same two tables again.
+    Canonical forms are functions of the values and of ``bool_as_int`` / ``trim_trailing_spaces``
+    only, and Arrow tables are immutable, so a verdict is the same with or without the scope."""
+    token = _SCOPE.set({})
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def canonical_columns(table: pa.Table, policy: ComparisonPolicy) -> list[Canon]:
+    """:func:`canonical_column` of each column of ``table``, kept for the open
+    :func:`canonical_scope` (the list is shared: read it, never change it)."""
+    cache = _SCOPE.get()
+    if cache is None or table.num_rows * table.num_columns > SCOPE_MAX_CELLS:
+        return [canonical_column(c, policy) for c in table.columns]
+    key = (id(table), policy.bool_as_int, policy.trim_trailing_spaces)
+    hit = cache.get(key)
+    if hit is None or hit[0] is not table:
+        hit = cache[key] = (table, [canonical_column(c, policy) for c in table.columns])
+    return hit[1]
 
 
 def _civil(days: int) -> tuple[int, int, int]:

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .normalize import NULL_CODE, PairCodes, canonical_column, close, pair_codes, python_values
+from .normalize import NULL_CODE, PairCodes, canonical_column, canonical_columns, canonical_scope, close, pair_codes, python_values
 from .policy import ComparisonPolicy
 from .shape import TIE_WINDOW, GoldShape
 
@@ -263,8 +263,8 @@ class _Ctx:
 
     def __init__(self, gold: pa.Table, pred: pa.Table, policy: ComparisonPolicy):
         self.gold, self.pred, self.policy = gold, pred, policy
-        self.cg = [canonical_column(c, policy) for c in gold.columns]
-        self.cp = [canonical_column(c, policy) for c in pred.columns]
+        self.cg = canonical_columns(gold, policy)
+        self.cp = canonical_columns(pred, policy)
         self._pairs: dict[tuple[int, int], PairCodes] = {}
 
     def pair(self, i: int, j: int) -> PairCodes:
@@ -853,10 +853,11 @@ def compare_batch(items: list[tuple[pa.Table | None, pa.Table | None, GoldShape,
     for that item instead of failing the batch.
     """
     out = []
-    for gold, pred, shape, probe in items:
-        try:
-            out.append(compare(gold, pred, shape, policy, probe))
-        except Exception as e:  # keep the batch alive; the item is recorded as an error
-            out.append(Comparison(False, "compare_error", tuple(shape.flags), None,
-                                  f"{type(e).__name__}: {e}"[:2000]))
+    with canonical_scope():  # a gold shared by many items is canonicalised once
+        for gold, pred, shape, probe in items:
+            try:
+                out.append(compare(gold, pred, shape, policy, probe))
+            except Exception as e:  # keep the batch alive; the item is recorded as an error
+                out.append(Comparison(False, "compare_error", tuple(shape.flags), None,
+                                      f"{type(e).__name__}: {e}"[:2000]))
     return out

@@ -150,18 +150,19 @@ RANDOM_FUNCTIONS = frozenset({"random", "rand", "randomblob", "uuid", "gen_rando
 RANDOM_NODES = ("Rand", "Randn", "Randstr", "Uuid", "TableSample")
 
 
-def determinism_flags(tree: exp.Expression) -> tuple[str, ...]:
+def determinism_flags(tree: exp.Expression, skip: exp.Expression | None = None) -> tuple[str, ...]:
     """``time_dependent_gold`` / ``nondeterministic_gold`` for a parsed query (module docstring).
 
     Static: random or clock functions and LIMIT without ORDER BY at any depth. ORDER BY ...
     LIMIT below the top level is decided on the data (:func:`nested_ties_probe`): a tie at such a
     cut is invisible in the gold's result, so the chosen row may vary between engines and runs.
+    ``skip``: a node of ``tree`` read as if it were absent, with all below it (the prediction's
+    top-level LIMIT, :func:`analyze_prediction`), so the tree is not copied to drop it.
     """
     flags: list[str] = []
-    top = tree
-    while isinstance(top, (exp.Subquery, exp.Paren)):
-        top = top.this
-    for node in tree.walk():
+    for node in tree.walk(prune=None if skip is None else (lambda n: n is skip)):
+        if node is skip:
+            continue
         name = type(node).__name__
         if name in CLOCK_NODES:
             flags.append("time_dependent_gold")
@@ -320,17 +321,13 @@ def analyze_prediction(pred_sql: str, dialect: str, tie_window: int = TIE_WINDOW
             top = top.this
         limit_node = top.args.get("limit") if isinstance(top, exp.Query) else None
         k = _literal_int(limit_node.expression) if isinstance(limit_node, exp.Limit) else None
-        rest = tree.copy()
-        rtop = rest
-        while isinstance(rtop, (exp.Subquery, exp.Paren)):
-            rtop = rtop.this
-        if isinstance(rtop, exp.Query):
-            rtop.set("limit", None)  # the top-level cut is checked on the data (cut probe)
-        static = "nondeterministic_gold" in determinism_flags(rest)
+        # read, never changed, so never copied: the top-level cut is checked on the data (cut
+        # probe), not as a static LIMIT; _analyze_tree copies before it builds a probe
+        static = "nondeterministic_gold" in determinism_flags(tree, skip=limit_node)
         cut_sql, cut_keys = None, ()
         if k is not None and k >= 1:
             if top.args.get("order"):
-                shape = _analyze_tree(top.copy(), dialect, tie_window)
+                shape = _analyze_tree(top, dialect, tie_window)
                 cut_sql, cut_keys = shape.probe_sql, shape.probe_keys
             else:
                 probe = top.copy()

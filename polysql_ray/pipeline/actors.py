@@ -174,14 +174,17 @@ def score_batch(items: list[dict], result_refs: list, policy) -> pa.Table:
     scoring raises is stored ``inconclusive`` with reason ``compare_error`` and the exception in
     ``pred_error`` (:func:`polysql_ray.comparison.verdict.scoring_error`); the batch goes on.
     """
+    from polysql_ray.comparison.normalize import canonical_scope
+
     results = ray.get(list(result_refs)) if result_refs else []
     now = dt.datetime.now(dt.timezone.utc)
     rows = []
-    for it in items:
-        try:
-            rows.append(_score_row(it, results, policy, now))
-        except Exception as exc:  # noqa: BLE001 - one item never aborts the batch (or the sweep)
-            rows.append(_score_row(it, results, policy, now, error=exc))
+    with canonical_scope():  # a gold result compared with many predictions is canonicalised once
+        for it in items:
+            try:
+                rows.append(_score_row(it, results, policy, now))
+            except Exception as exc:  # noqa: BLE001 - one item never aborts the batch (or the sweep)
+                rows.append(_score_row(it, results, policy, now, error=exc))
     return pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)
 
 

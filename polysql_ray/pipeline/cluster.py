@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 from typing import Any, Mapping
 
@@ -29,7 +30,11 @@ def ray_init_kwargs(cfg: dict) -> dict[str, Any]:
     config's interpolation). ``ray.system_config`` (raylet settings, Ray's ``_system_config``)
     applies to a local cluster only; the default keeps no idle worker process beyond 10 s
     (``num_workers_soft_limit: 0``): Ray otherwise keeps one per CPU, and starts one more than
-    it uses when two scoring tasks arrive together (~80-240 MiB RSS each, for nothing)."""
+    it uses when two scoring tasks arrive together (~80-240 MiB RSS each, for nothing); and it
+    prestarts none (``prestart_worker_first_driver: false``, ``enable_worker_prestart: false``):
+    Ray otherwise starts one idle worker per CPU when the driver connects, and more ahead of
+    queued tasks, each a Python process importing Ray (~100 MiB, seconds of CPU) whether or not
+    the run ever gives it a task; a worker then starts when a task or actor first needs one."""
     rc = cfg.get("ray") or {}
     kwargs: dict[str, Any] = {"include_dashboard": bool(rc.get("include_dashboard", False)),
                               "log_to_driver": bool(rc.get("log_to_driver", False)),
@@ -192,36 +197,54 @@ def _lean_head(log_monitor: bool, api_server: bool = False):
 
 
 #: Runs beside a driver that started a local cluster: every second it notes the driver's
-#: descendant processes (pid + start time, from /proc); once the driver is gone it SIGKILLs the
-#: noted ones still alive (raylet, GCS, agents, workers that Ray would otherwise leave behind
-#: after ``kill -9`` of the driver). Exits quietly when nothing is left.
+#: descendant processes (pid + start time, from /proc); once the driver is gone (or a zombie)
+#: it SIGKILLs the noted ones still alive (raylet, GCS, agents, workers that Ray would otherwise
+#: leave behind after ``kill -9`` of the driver). Exits quietly when nothing is left.
+#:
+#: Cheap by construction, as it runs for the whole run: each second one ``os.listdir("/proc")``
+#: and one read of ``/proc/<pid>/stat`` per process *new since the last listing* (a process
+#: outside the driver's tree never enters it: its parent only changes to an ancestor or init),
+#: not a read of every process on the machine; run with ``-I -S`` (no site, no path: it needs
+#: only the standard library's builtins). After each listing it writes a line to stdout (the
+#: run sends it to /dev/null; a test reads it to know a listing was made).
 REAPER = """
 import os, sys, time, signal
-from pathlib import Path
-driver = int(sys.argv[1])
+driver, me = int(sys.argv[1]), os.getpid()
 def stat(pid):
     try:
-        f = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-        return int(f[1]), f[19]
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            s = f.read()
+        f = s[s.rindex(b")") + 2:].split(None, 20)
+        return int(f[1]), f[19], f[0]
     except (OSError, ValueError, IndexError):
         return None
-def tree():
-    kids = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            st = stat(d.name)
-            if st:
-                kids.setdefault(st[0], []).append((int(d.name), st[1]))
-    out, todo = {}, [driver]
-    while todo:
-        for pid, t0 in kids.get(todo.pop(), []):
-            if pid not in out and pid != os.getpid():
-                out[pid] = t0
-                todo.append(pid)
-    return out
-seen = {}
-while stat(driver) is not None:
-    seen.update(tree())
+seen, listed = {}, set()
+def note():
+    global listed
+    now = {int(n) for n in os.listdir("/proc") if n.isdigit()}
+    new = {}
+    for pid in now - listed:
+        st = stat(pid)
+        if st is not None and pid != me:
+            new[pid] = st
+    listed = now
+    grew = True
+    while grew:
+        grew = False
+        for pid, (ppid, t0, _) in list(new.items()):
+            if ppid == driver or ppid in seen:
+                seen[pid] = t0
+                del new[pid]
+                grew = True
+    try:
+        print(len(seen), flush=True)
+    except OSError:
+        pass
+while True:
+    note()
+    st = stat(driver)
+    if st is None or st[2] == b"Z":
+        break
     time.sleep(1.0)
 for pid, t0 in seen.items():
     st = stat(pid)
@@ -233,14 +256,15 @@ for pid, t0 in seen.items():
 """
 
 
-def _start_reaper() -> None:
-    import subprocess
-
+def _start_reaper(driver: int | None = None, stdout: int | None = None) -> subprocess.Popen | None:
+    """Start :data:`REAPER` watching ``driver`` (default this process), in a session of its own
+    (a signal to the driver's process group does not reach it); ``stdout``: where its lines go
+    (default /dev/null). None without ``/proc``."""
     if not os.path.isdir("/proc"):
-        return
-    subprocess.Popen([sys.executable, "-c", REAPER, str(os.getpid())],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True, close_fds=True)
+        return None
+    return subprocess.Popen([sys.executable, "-I", "-S", "-c", REAPER, str(os.getpid() if driver is None else driver)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL if stdout is None else stdout,
+                            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 
 
 def engine_actors(cfg: dict, engine: str, cluster_cpus: float | None = None) -> int:
