@@ -331,6 +331,8 @@ def test_bare_column_of_a_tied_min_max_row_is_nondeterministic(db, tmp_path):
     r = score(no_tie, "SELECT 'FR', 52, 'Dee' UNION ALL SELECT 'US', 40, 'Bob' UNION ALL SELECT 'DE', 40, 'Eve'",
               db, tmp_path)
     assert r.verdict == "pass" and "nondeterministic_gold" not in r.flags and "ungrouped_column" in r.flags
+    wrapped = analyze_gold(f"({tied})", "sqlite").ties_probe_sql  # a parenthesised query: the same check
+    assert wrapped == analyze_gold(tied, "sqlite").ties_probe_sql and " AS x" in wrapped
     # two aggregates: SQLite's rule does not apply, so no extreme-tie check (ungrouped flag only)
     assert "x" not in (analyze_gold("SELECT max(score), count(*), name FROM singer", "sqlite").ties_probe_sql
                        .split(" AS ")[-1])

@@ -224,7 +224,7 @@ def nested_ties_probe(tree: exp.Expression, dialect: str) -> str | None:
     if not cuts and bare is None:
         return None
     cols = [exp.alias_(exp.Subquery(this=bare), "g")] if bare is not None else []
-    tie = _extreme_tie_check(tree) if bare is not None else None
+    tie = _extreme_tie_check(tree) if bare is not None else None  # both read _bare_columns
     if tie is not None:
         cols.append(exp.alias_(exp.Subquery(this=tie), "x"))
     for i, (sel, cut) in enumerate(cuts):
@@ -379,9 +379,10 @@ def _reads_top_rows(e: exp.Expression, top: exp.Select) -> bool:
     return False
 
 
-def _ungrouped_check(tree: exp.Expression) -> exp.Select | None:
-    """``SELECT COUNT(*) FROM (<the top SELECT's groups with count(DISTINCT bare column) per
-    ungrouped output column>) WHERE b0 > 1 OR ...``, None when no such column."""
+def _bare_columns(tree: exp.Expression) -> tuple[exp.Select, list, dict[str, exp.Column]] | None:
+    """``(top SELECT, its GROUP BY expressions, its bare output columns by SQL text)`` when the
+    top-level SELECT aggregates or groups and outputs columns that are neither grouped nor inside
+    an aggregate or subquery; None otherwise (and for ``SELECT *``)."""
     top = tree
     while isinstance(top, (exp.Subquery, exp.Paren)):
         top = top.this
@@ -391,7 +392,8 @@ def _ungrouped_check(tree: exp.Expression) -> exp.Select | None:
     selects = list(top.selects)
     if group is None and not any(isinstance(n, exp.AggFunc) for s in selects for n in s.walk()):
         return None
-    grouped = {c.name.lower() for e in (group.expressions if group else []) for c in e.find_all(exp.Column)}
+    keys = list(group.expressions) if group else []
+    grouped = {c.name.lower() for e in keys for c in e.find_all(exp.Column)}
     bare: dict[str, exp.Column] = {}
     for s in selects:
         if isinstance(s, exp.Star):
@@ -405,8 +407,17 @@ def _ungrouped_check(tree: exp.Expression) -> exp.Select | None:
                 p = p.parent
             if not inside and col.name.lower() not in grouped and not isinstance(col.this, exp.Star):
                 bare.setdefault(col.sql(), col)
-    if not bare:
+    return (top, keys, bare) if bare else None
+
+
+def _ungrouped_check(tree: exp.Expression) -> exp.Select | None:
+    """``SELECT COUNT(*) FROM (<the top SELECT's groups with count(DISTINCT bare column) per
+    ungrouped output column>) WHERE b0 > 1 OR ...``, None when no such column."""
+    found = _bare_columns(tree)
+    if found is None:
         return None
+    top, _, bare = found
+    selects = list(top.selects)
     inner = top.copy()
     inner.set("expressions", [exp.alias_(exp.Count(this=exp.Distinct(expressions=[c.copy()])), f"b{j}")
                               for j, c in enumerate(bare.values())])
@@ -424,25 +435,17 @@ def _extreme_tie_check(tree: exp.Expression) -> exp.Select | None:
     columns (SQLite's documented bare-column rule: they come from the row holding the extreme):
     ``SELECT COUNT(*)`` of the groups where two rows with different bare values both hold it.
     None for any other shape (HAVING, several aggregates, DISTINCT or FILTER inside it)."""
-    top = tree
-    while isinstance(top, (exp.Subquery, exp.Paren)):
-        top = top.this
-    if not isinstance(top, exp.Select) or top.args.get("having") is not None:
+    found = _bare_columns(tree)
+    if found is None:
+        return None
+    top, keys, bare = found
+    if top.args.get("having") is not None:
         return None
     aggs = [n for s in top.selects for n in s.walk() if isinstance(n, exp.AggFunc)]
     if len(aggs) != 1 or not isinstance(aggs[0], (exp.Min, exp.Max)) or aggs[0].expressions \
             or isinstance(aggs[0].this, exp.Distinct) or aggs[0].find_ancestor(exp.Window, exp.Filter):
         return None
     agg = aggs[0]
-    keys = list(top.args["group"].expressions) if top.args.get("group") else []
-    grouped = {c.name.lower() for e in keys for c in e.find_all(exp.Column)}
-    bare = {}
-    for s in top.selects:
-        for col in s.find_all(exp.Column):
-            if col.find_ancestor(exp.AggFunc, exp.Subquery) is None and col.name.lower() not in grouped:
-                bare.setdefault(col.sql(), col)
-    if not bare:
-        return None
     extreme = type(agg)(this=agg.this.copy())
     window = exp.Window(this=extreme, partition_by=[k.copy() for k in keys]) if keys else exp.Window(this=extreme)
     inner = top.copy()
