@@ -130,6 +130,7 @@ class TreeSampler(threading.Thread):
         self.samples = 0
         self.at_peak: list[tuple[int, str]] = []  # (RSS, name) of each process at the peak sample
         self.cpu_ticks: dict[tuple[int, str], int] = {}  # (pid, start time) -> last utime + stime
+        self.names: dict[tuple[int, str], str] = {}      # (pid, start time) -> process name
 
     def run(self) -> None:
         me = os.getpid()
@@ -145,6 +146,8 @@ class TreeSampler(threading.Thread):
                 for pid, rss, comm, start, ticks in kids.get(todo.pop(), []):
                     tree.append((pid, rss, comm))
                     self.cpu_ticks[(pid, start)] = ticks
+                    if self.names.get((pid, start), "ray::IDLE") == "ray::IDLE":  # a Ray worker's task name, once known
+                        self.names[(pid, start)] = _name(pid, comm)
                     todo.append(pid)
             if tree:
                 self.samples += 1
@@ -188,6 +191,10 @@ def measure(argv: list[str], env: dict, cwd: str, log: Path, sample_s: float, li
     sampler.stop_flag.set()
     sampler.join()
     sampled = sum(sampler.cpu_ticks.values()) / os.sysconf("SC_CLK_TCK")
+    by_name: dict[str, float] = {}
+    for key, ticks in sampler.cpu_ticks.items():
+        name = sampler.names.get(key, "?")
+        by_name[name] = by_name.get(name, 0.0) + ticks / os.sysconf("SC_CLK_TCK")
     if group:
         cpu, how = int((group / "cpuacct.usage").read_text()) / 1e9, "cgroup"
         group.rmdir()
@@ -195,8 +202,14 @@ def measure(argv: list[str], env: dict, cwd: str, log: Path, sample_s: float, li
         cpu, how = sampled, "sampled"
     return {"wall_s": wall, "tree_s": time.perf_counter() - t0, "cpu_s": cpu, "cpu_how": how,
             "cpu_sampled_s": sampled, "exit": code, "peak_rss": sampler.peak_rss, "peak_pss": sampler.peak_pss,
-            "largest": sampler.largest, "procs": sampler.peak_procs, "at_peak": sampler.at_peak, "samples": sampler.samples,
+            "largest": sampler.largest, "procs": sampler.peak_procs,
+            "cpu_by_name": sorted(by_name.items(), key=lambda kv: -kv[1]), "at_peak": sampler.at_peak, "samples": sampler.samples,
             "lingering": lingering}
+
+
+def cpu_by_name(r: dict, top: int = 10) -> str:
+    """The tree's CPU seconds (sampled from /proc) summed per process name, largest first."""
+    return ", ".join(f"{name} {s:.1f}" for name, s in r.get("cpu_by_name", [])[:top])
 
 
 def _cpu_cgroup() -> Path | None:
@@ -436,6 +449,7 @@ def main() -> None:
             first = first or r["wall_s"]
             print(row(label, r, first), flush=True)
             print(f"{'':<22} at the peak (MiB): {at_peak(r['at_peak'])}")
+            print(f"{'':<22} CPU s by process: {cpu_by_name(r)}")
             print(f"{'':<22} tree gone after {r['tree_s']:.1f} s; CPU {r['cpu_how']} (sampled from /proc: "
                   f"{r['cpu_sampled_s']:.1f} s)", flush=True)
             if r.get("lingering"):

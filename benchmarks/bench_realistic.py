@@ -180,6 +180,7 @@ def main() -> None:
             fail = 1 - r["correct"] / max(1, r["scored"])
             print(f"{'':<22} load avg {load[0]:.1f}/{load[1]:.1f} before, {os.getloadavg()[0]:.1f} after; "
                   f"failing share {fail:.1%}; at the peak (MiB): {bp.at_peak(r['at_peak'])}")
+            print(f"{'':<22} CPU s by process: {bp.cpu_by_name(r)}")
             if "cost" in r:
                 print(f"{'':<22} scoring cost per item: {cost_line(r['cost'])}")
                 print(f"{'':<22} stage clock: {r['clock']}")
