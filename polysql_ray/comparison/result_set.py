@@ -61,7 +61,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .normalize import NULL_CODE, PairCodes, canonical_column, canonical_columns, canonical_scope, close, pair_codes, python_values
+from .normalize import (NULL_CODE, PairCodes, canonical_column, canonical_columns, canonical_scope, close, pair_codes,
+                        python_values, scope_cached)
 from .policy import ComparisonPolicy
 from .shape import TIE_WINDOW, GoldShape
 
@@ -359,7 +360,30 @@ def _tie_groups(gold: pa.Table, shape: GoldShape, probe: pa.Table | None,
 
     ``flags_only``: only the flags are wanted (a prediction :func:`identical` to the gold); the
     keys are then read only from the probe rows at and past the cut, which are all that
-    ``ties_at_limit`` and ``ties_truncated`` depend on, and the returned groups are strict."""
+    ``ties_at_limit`` and ``ties_truncated`` depend on, and the returned groups are strict.
+
+    A function of the gold, its probe, the shape's order facts and the policy only: computed
+    once per canonical scope (:func:`~.normalize.scope_cached`) for every prediction of a
+    question and every alternative of a tied prediction cut (``verdict.pred_nondeterministic``);
+    the flags it adds are replayed onto ``flags`` as the computation itself adds them."""
+    key = ("tie_groups", id(gold), id(probe), shape.ordered, shape.probe_sql, shape.probe_keys, shape.keys_complete,
+           shape.order_keys, shape.limit, policy, flags_only)
+    added, out = scope_cached(key, (gold, probe), lambda: _tie_groups_of(gold, shape, probe, policy, flags_only))
+    for f in added:
+        if f != "order_keys_unknown" or f not in flags:
+            flags.append(f)
+    return out
+
+
+def _tie_groups_of(gold: pa.Table, shape: GoldShape, probe: pa.Table | None, policy: ComparisonPolicy,
+                   flags_only: bool):
+    """(flags added, result) of :func:`_tie_groups`."""
+    flags: list[str] = []
+    return flags, _tie_groups_flags(gold, shape, probe, policy, flags, flags_only)
+
+
+def _tie_groups_flags(gold: pa.Table, shape: GoldShape, probe: pa.Table | None,
+                      policy: ComparisonPolicy, flags: list[str], flags_only: bool):
     n = gold.num_rows
     strict = np.arange(n, dtype=np.int64)
     if not shape.ordered or n == 0:
@@ -418,8 +442,8 @@ def _not_tied(ctx: _Ctx, mapping: tuple[int, ...], tied: pa.Table, idx: np.ndarr
     if len(idx) == 0:
         return idx
     sub = ctx.pred.select(list(mapping)).take(pa.array(idx))
-    pairs = [pair_codes(canonical_column(a, ctx.policy), canonical_column(b, ctx.policy), ctx.policy)
-             for a, b in zip(tied.columns, sub.columns)]
+    pairs = [pair_codes(a, canonical_column(b, ctx.policy), ctx.policy)  # the tied rows: once per scope
+             for a, b in zip(canonical_columns(tied, ctx.policy), sub.columns)]
     _, up, _ = unmatched_rows(*_stack(pairs), ctx.policy)
     return idx[up]
 

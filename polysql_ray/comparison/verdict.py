@@ -39,7 +39,8 @@ import sqlglot
 from sqlglot import exp
 
 from polysql_ray.comparison.policy import ComparisonPolicy
-from polysql_ray.comparison.result_set import Comparison, Diff, compare, cut_choices, matches
+from polysql_ray.comparison.normalize import open_scope
+from polysql_ray.comparison.result_set import Comparison, Diff, compare, cut_choices, identical, matches
 from polysql_ray.comparison.shape import GoldShape, PredShape, nested_ties
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 from polysql_ray.generation.base import GenStatus
@@ -388,8 +389,12 @@ def pred_nondeterministic(cmp: Comparison, gold: pa.Table, pred: pa.Table, shape
         if alts == "unknown":
             return True
         if alts:
-            return any(matches(gold, alt, shape, policy, probe, pred_constants=pred_shape.constant_columns)
-                       != cmp.match for alt in alts)
+            # an alternative identical to the observed result (same types, same values in the same
+            # order) is judged as observed: skipped (the premise of result_set.identical); the
+            # gold's canonical columns and tie groups are computed once for all alternatives
+            with open_scope():
+                return any(matches(gold, alt, shape, policy, probe, pred_constants=pred_shape.constant_columns)
+                           != cmp.match for alt in alts if not identical(alt, pred))
     return False
 
 
