@@ -197,6 +197,25 @@ def canonical_scope():
         _SCOPE.reset(token)
 
 
+def taken(c: Canon, idx: np.ndarray, policy: ComparisonPolicy) -> Canon:
+    """``canonical_column(c.raw.take(idx), policy)`` (``c`` canonicalised under ``policy``) from ``c`` itself: canonical forms are computed
+    value by value, so the canonical column of some rows is those rows of the canonical column
+    (the kind comes from the Arrow type). Values kept as Python ints (``dtype=object``: beyond
+    int64, a choice made on the whole column) are canonicalised afresh."""
+    raw = c.raw.take(pa.array(idx, pa.int64()))
+    if isinstance(c.values, np.ndarray):
+        if c.values.dtype == object:
+            return canonical_column(raw, policy)
+        values = c.values[idx]
+    elif c.values is None:
+        values = None
+    elif isinstance(c.values, list):
+        values = [c.values[i] for i in idx]
+    else:
+        values = c.values.take(pa.array(idx, pa.int64()))
+    return Canon(c.kind, values, c.null[idx], raw)
+
+
 def open_scope():
     """A :func:`canonical_scope` when none is open, else the open one (kept: its cache serves
     the block too)."""

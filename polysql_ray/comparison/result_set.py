@@ -62,7 +62,7 @@ import numpy as np
 import pyarrow as pa
 
 from .normalize import (NULL_CODE, PairCodes, canonical_column, canonical_columns, canonical_scope, close, pair_codes,
-                        python_values, scope_cached)
+                        python_values, scope_cached, taken)
 from .policy import ComparisonPolicy
 from .shape import TIE_WINDOW, GoldShape
 
@@ -441,9 +441,10 @@ def _not_tied(ctx: _Ctx, mapping: tuple[int, ...], tied: pa.Table, idx: np.ndarr
     """Predicted rows ``idx`` that are not a sub-multiset of the probe's ``tied`` rows."""
     if len(idx) == 0:
         return idx
-    sub = ctx.pred.select(list(mapping)).take(pa.array(idx))
-    pairs = [pair_codes(a, canonical_column(b, ctx.policy), ctx.policy)  # the tied rows: once per scope
-             for a, b in zip(canonical_columns(tied, ctx.policy), sub.columns)]
+    # the tied rows' canonical columns once per scope; the predicted rows' from the predicted
+    # table's (normalize.taken: the same as canonicalising the rows taken)
+    pairs = [pair_codes(a, taken(ctx.cp[j], idx, ctx.policy), ctx.policy)
+             for a, j in zip(canonical_columns(tied, ctx.policy), mapping)]
     _, up, _ = unmatched_rows(*_stack(pairs), ctx.policy)
     return idx[up]
 
@@ -462,8 +463,14 @@ def _evaluate(ctx: _Ctx, mapping: tuple[int, ...], ordered: bool, groups: np.nda
     s = cut[0] if cut else n
     ge, pe, gf, pf = _stack([ctx.pair(i, j) for i, j in enumerate(mapping)])
     ug, up, capped = unmatched_rows(ge[:s], pe, gf[:s], pf, policy)
+    tail = None  # _not_tied of the predicted rows from s on, when already computed
     if cut:
+        # the same rows as the order check's below when every predicted row from s on, and none
+        # before, is unmatched (a gold cut at its first row): computed once
+        same_rows = len(up) == n - s and bool((up == np.arange(s, n)).all())
         up = _not_tied(ctx, mapping, cut[1], up)
+        if same_rows:
+            tail = up
     if capped:
         flags.append("tolerance_match_capped")
     diff = Diff(n, pred.num_rows, len(ug), len(up), _rows(gold, ug, tuple(range(len(mapping)))) if samples else (),
@@ -478,7 +485,7 @@ def _evaluate(ctx: _Ctx, mapping: tuple[int, ...], ordered: bool, groups: np.nda
     og, op, _ = unmatched_rows(np.hstack([ge[:s], g2]), np.hstack([pe[:s], g2]), gf[:s], pf[:s], policy)
     bad = [int(x) for x in np.concatenate([og, op])]
     if cut:
-        bad += [int(x) for x in _not_tied(ctx, mapping, cut[1], np.arange(s, n))]
+        bad += [int(x) for x in (tail if tail is not None else _not_tied(ctx, mapping, cut[1], np.arange(s, n)))]
     if bad:
         if cut and cut[2] and min(bad) >= s:
             return "ties_truncated", diff
