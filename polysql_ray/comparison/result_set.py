@@ -708,7 +708,7 @@ def _compare(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
     if policy.empty_equal and gold.num_rows == 0 and pred.num_rows == 0:
         return Comparison(True, "match", (), Diff(0, 0))
     if policy.duplicates == "set":
-        gold, pred = distinct_rows(gold), distinct_rows(pred)
+        gold, pred = _scoped_distinct(gold), distinct_rows(pred)
     k, m = gold.num_columns, pred.num_columns
     base = Diff(gold.num_rows, pred.num_rows)
     if m < k or (m > k and not policy.extra_pred_columns):
@@ -782,7 +782,7 @@ def _explain(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
     # each check below re-compares only when its relaxation changes an input: an unchanged
     # input would repeat the comparison that just failed
     if policy.duplicates == "bag":
-        dg, dp = distinct_rows(gold), distinct_rows(pred)
+        dg, dp = _scoped_distinct(gold), distinct_rows(pred)
         if (dg is not gold or dp is not pred) and \
                 _compare(dg, dp, shape, dataclasses.replace(policy, duplicates="set"), probe, [], False).match:
             flags.append("duplicates")
@@ -792,12 +792,25 @@ def _explain(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
                 policy, abs_tol=max(policy.abs_tol, 10.0 ** -scale)), probe, [], False).match:
             flags.append("decimal_scale")
     if res.reason in ("values", "order", "row_count"):
-        lower = [_lower_strings(gold), _lower_strings(pred)]
+        lower = [_scoped_lower(gold), _lower_strings(pred)]
         if lower[0] is not None and lower[1] is not None:
-            low_probe = None if probe is None else (_lower_strings(probe) or probe)
+            low_probe = None if probe is None else (_scoped_lower(probe) or probe)
             if (lower[0] is not gold or lower[1] is not pred or low_probe is not probe) and \
                     _compare(lower[0], lower[1], shape, policy, low_probe, [], False).match:
                 flags.append("collation")
+
+
+def _scoped_distinct(t: pa.Table) -> pa.Table:
+    """:func:`distinct_rows` of a gold-side table, once per canonical scope (a function of the
+    table alone; the same object for every prediction compared with it, so its canonical
+    columns are computed once too)."""
+    return scope_cached(("distinct_rows", id(t)), (t,), lambda: distinct_rows(t))
+
+
+def _scoped_lower(t: pa.Table) -> pa.Table | None:
+    """:func:`_lower_strings` of a gold-side table, once per canonical scope (as
+    :func:`_scoped_distinct`)."""
+    return scope_cached(("lower_strings", id(t)), (t,), lambda: _lower_strings(t))
 
 
 def _lower_strings(t: pa.Table) -> pa.Table | None:
