@@ -134,10 +134,11 @@ def _row_ids(mat: np.ndarray) -> np.ndarray:
     dense so no overflow below ~3e9 rows), much faster than ``np.unique(axis=0)``.
     """
     gid = np.zeros(len(mat), np.int64)
-    for c in mat.T:
-        c = c.astype(np.int64)
-        _, gid = np.unique(gid * (int(c.max()) + 2) + c + 1, return_inverse=True)
-        gid = gid.ravel().astype(np.int64)
+    for col, c in enumerate(mat.T):
+        c = c.astype(np.int64, copy=False)
+        # the first column's key is c + 1 (gid is 0): np.unique's inverse of c itself
+        _, gid = np.unique(c if col == 0 else gid * (int(c.max()) + 2) + c + 1, return_inverse=True)
+        gid = gid.ravel().astype(np.int64, copy=False)
     return gid
 
 
@@ -299,13 +300,14 @@ def _mappings(ctx: _Ctx, k: int, m: int, flags: list[str], positional: bool, cut
     if positional or k == 0 or m == 1:  # one predicted column: the identity is the only mapping
         return
     cands = []
+    pred_nulls = [int(c.null.sum()) for c in ctx.cp]
     for i in range(k):
         order = [i] + [j for j in range(m) if j != i] if i < m else list(range(m))
         nulls = int(ctx.cg[i].null.sum())
-        cands.append([j for j in order if int(ctx.cp[j].null.sum()) == nulls  # cheap necessary test
+        cands.append([j for j in order if pred_nulls[j] == nulls  # cheap necessary test
                       and ctx.column_equal(i, j)])
-    if not all(cands):
-        return  # some gold column appears nowhere: the identity's diff is the answer
+        if not cands[-1]:
+            return  # some gold column appears nowhere: the identity's diff is the answer
     order = sorted(range(k), key=lambda i: (len(cands[i]), i))
     budget = [MAX_CHECKS]
     found = [0]
