@@ -216,6 +216,23 @@ def taken(c: Canon, idx: np.ndarray, policy: ComparisonPolicy) -> Canon:
     return Canon(c.kind, values, c.null[idx], raw)
 
 
+@contextlib.contextmanager
+def seeded(table: pa.Table, policy: ComparisonPolicy, canons: list[Canon]):
+    """Within the block, :func:`canonical_columns` of ``table`` under ``policy`` is ``canons``
+    (computed by the caller, e.g. :func:`taken` rows of a table already canonicalised), when a
+    :func:`canonical_scope` is open; the entry is dropped at the end of the block."""
+    cache = _SCOPE.get()
+    key = (id(table), policy.bool_as_int, policy.trim_trailing_spaces)
+    if cache is None or table.num_rows * table.num_columns > SCOPE_MAX_CELLS or key in cache:
+        yield
+        return
+    cache[key] = (table, canons)
+    try:
+        yield
+    finally:
+        cache.pop(key, None)
+
+
 def open_scope():
     """A :func:`canonical_scope` when none is open, else the open one (kept: its cache serves
     the block too)."""
@@ -587,7 +604,7 @@ def pair_codes(g: Canon, p: Canon, policy: ComparisonPolicy) -> PairCodes:
             gv, pv = (pc.replace_substring_regex(v, pattern=_MIDNIGHT[0], replacement=_MIDNIGHT[1])
                       for v in (gv, pv))
         idx = pa.concat_arrays([gv, pv]).dictionary_encode().indices
-        codes = idx.fill_null(NULL_CODE).to_numpy().astype(np.int64)
+        codes = (idx.fill_null(NULL_CODE) if idx.null_count else idx).to_numpy().astype(np.int64)
         return PairCodes(_null_fill(codes[:n], g.null), _null_fill(codes[n:], p.null), None, None, mode)
     if mode == "python" and not policy.string_number_equal and {g.kind, p.kind} in ({"str", "int"}, {"str", "float"}):
         codes = _integer_text_codes(g, p, policy)

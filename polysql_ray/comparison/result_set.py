@@ -642,8 +642,10 @@ def _coincidence_possible(knob: str, gold: pa.Table, pred: pa.Table, pairs) -> b
         return ("ts" if t.is_timestamp(c) else "date" if t.is_date(c) else
                 "str" if (t.is_string(c) or t.is_large_string(c) or t.is_string_view(c)) else
                 "num" if (t.is_integer(c) or t.is_floating(c) or t.is_decimal(c)) else "other")
+    gk, pk = {}, {}  # kind per column, once
     for i, j in pairs:
-        a, b = kinds(gold.column(i)), kinds(pred.column(j))
+        a = gk[i] if i in gk else gk.setdefault(i, kinds(gold.column(i)))
+        b = pk[j] if j in pk else pk.setdefault(j, kinds(pred.column(j)))
         if knob == "midnight_timestamp" and (a == "ts") != (b == "ts") and {a, b} <= {"ts", "date", "str"}:
             return True
         if knob == "integer_string" and {a, b} == {"str", "num"}:
@@ -841,6 +843,17 @@ MAX_CUT_CHOICES = 64
 
 def cut_choices(pred: pa.Table, cut_probe: pa.Table | None, limit: int, keys: tuple[int, ...],
                 policy: ComparisonPolicy) -> list[pa.Table] | None | str:
+    """The other results a prediction with a top-level ``LIMIT k`` could have returned
+    (:func:`cut_choice_rows`, each choice as a table)."""
+    got = cut_choice_rows(pred, cut_probe, limit, keys, policy)
+    if got is None or isinstance(got, str):
+        return got
+    rows, choices = got
+    return [rows.take(pa.array(ix)) for ix in choices]
+
+
+def cut_choice_rows(pred: pa.Table, cut_probe: pa.Table | None, limit: int, keys: tuple[int, ...],
+                    policy: ComparisonPolicy) -> tuple[pa.Table, list[np.ndarray]] | None | str:
     """The other results a prediction with a top-level ``LIMIT k`` could have returned on the
     same data: the engine may pick any of the rows tied at its own cut (on its ORDER BY keys;
     without ORDER BY every row is tied), and may pick differently in another run.
@@ -852,7 +865,9 @@ def cut_choices(pred: pa.Table, cut_probe: pa.Table | None, limit: int, keys: tu
         policy: for the key comparison.
     Returns:
         None when no choice exists (the LIMIT cut no row, no probe row past the cut ties with
-        the last kept one, or the tied rows are all alike); else the list of possible results
+        the last kept one, or the tied rows are all alike); else the possible results, as
+        ``(rows, choices)``: the probe's rows up to the end of the tie group (cast to the
+        prediction's schema) and, per possible result, the positions of its rows in ``rows``
         (rows before the tie group, then each choice of tied rows, in probe order); ``"unknown"``
         when the tied rows run to the end of the probe window or the choices exceed
         :data:`MAX_CUT_CHOICES`.
@@ -884,12 +899,13 @@ def cut_choices(pred: pa.Table, cut_probe: pa.Table | None, limit: int, keys: tu
         return None
     if math.comb(end - s, n - s) > MAX_CUT_CHOICES:
         return "unknown"
-    fixed = pa.Table.from_arrays(cut_probe.slice(0, s).select(cols).columns, names=pred.column_names)
-    try:
-        return [pa.concat_tables([fixed, group.take(pa.array(idx, pa.int64()))]).cast(pred.schema)
-                for idx in itertools.combinations(range(end - s), n - s)]
+    try:  # cast value by value: fails iff some alternative's cast fails (each tied row is in one)
+        rows = pa.Table.from_arrays(cut_probe.slice(0, end).select(cols).columns,
+                                    names=pred.column_names).cast(pred.schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return "unknown"
+    return rows, [np.asarray([*range(s), *(s + i for i in idx)], np.int64)
+                  for idx in itertools.combinations(range(end - s), n - s)]
 
 
 def compare_batch(items: list[tuple[pa.Table | None, pa.Table | None, GoldShape, pa.Table | None]],
