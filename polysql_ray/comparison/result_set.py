@@ -713,7 +713,7 @@ def _compare(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
     if policy.empty_equal and gold.num_rows == 0 and pred.num_rows == 0:
         return Comparison(True, "match", (), Diff(0, 0))
     if policy.duplicates == "set":
-        gold, pred = _scoped_distinct(gold), distinct_rows(pred)
+        gold, pred = _scoped_distinct(gold), _scoped_distinct(pred)
     k, m = gold.num_columns, pred.num_columns
     base = Diff(gold.num_rows, pred.num_rows)
     if m < k or (m > k and not policy.extra_pred_columns):
@@ -787,7 +787,7 @@ def _explain(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
     # each check below re-compares only when its relaxation changes an input: an unchanged
     # input would repeat the comparison that just failed
     if policy.duplicates == "bag":
-        dg, dp = _scoped_distinct(gold), distinct_rows(pred)
+        dg, dp = _scoped_distinct(gold), _scoped_distinct(pred)
         if (dg is not gold or dp is not pred) and \
                 _compare(dg, dp, shape, dataclasses.replace(policy, duplicates="set"), probe, [], False).match:
             flags.append("duplicates")
@@ -806,10 +806,17 @@ def _explain(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
 
 
 def _scoped_distinct(t: pa.Table) -> pa.Table:
-    """:func:`distinct_rows` of a gold-side table, once per canonical scope (a function of the
-    table alone; the same object for every prediction compared with it, so its canonical
-    columns are computed once too)."""
-    return scope_cached(("distinct_rows", id(t)), (t,), lambda: distinct_rows(t))
+    """:func:`distinct_rows` of a table, once per canonical scope (a function of the table
+    alone; for a gold result, the same object for every prediction compared with it, so its
+    canonical columns are computed once too). The result is its own :func:`distinct_rows`
+    (no repeated row left: the table itself), so it is recorded as such: the ``set`` re-check
+    of a failed comparison does not recompute it."""
+    def compute():
+        d = distinct_rows(t)
+        if d is not t:
+            scope_cached(("distinct_rows", id(d)), (d,), lambda: d)
+        return d
+    return scope_cached(("distinct_rows", id(t)), (t,), compute)
 
 
 def _scoped_lower(t: pa.Table) -> pa.Table | None:
