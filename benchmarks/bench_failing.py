@@ -48,11 +48,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def collect(args) -> None:
+def _realistic(args):
+    """``(questions kept, dev.json, gold SQL per question, [(set name, path)], run, cache)`` of
+    the realistic sets; ``run(db, sql)`` executes once per ``(db, sql)`` on SQLite (limits
+    applied; None for no SQL), ``cache`` holds the executions."""
     import bench_peer as bp
     import realistic_sets
 
-    from polysql_ray.comparison.shape import analyze_gold
     from polysql_ray.engines.base import Limits
     from polysql_ray.engines.registry import make_engine
 
@@ -64,12 +66,20 @@ def collect(args) -> None:
     eng, limits = make_engine("sqlite"), Limits(timeout_s=10)
     cache: dict = {}
 
-    def run(db: str, sql: str):
+    def run(db: str, sql: str | None):
+        if sql is None:
+            return None
         if (db, sql) not in cache:
             path = str(shared / f"data/spider/database/{db}/{db}.sqlite")
             cache[(db, sql)] = limits.enforce(eng.execute(path, sql, limits))
         return cache[(db, sql)]
+    return keep, dev, gold, sets, run, cache
 
+
+def collect(args) -> None:
+    from polysql_ray.comparison.shape import analyze_gold
+
+    keep, dev, gold, sets, run, cache = _realistic(args)
     items, seen = [], set()
     lines = {name: p.read_text().splitlines() for name, p in sets}
     for i in keep:
@@ -91,29 +101,9 @@ def collect(args) -> None:
 
 
 def collect_decide(args) -> None:
-    import bench_peer as bp
-    import realistic_sets
-
     from polysql_ray.comparison.shape import analyze_gold, analyze_prediction
-    from polysql_ray.engines.base import Limits
-    from polysql_ray.engines.registry import make_engine
 
-    shared = Path(args.shared).resolve()
-    keep, _ = bp.spider_subset(shared)
-    dev = json.loads((shared / "data/spider/dev.json").read_text())
-    gold = [line.split("\t")[0] for line in (shared / "data/spider/dev_gold.sql").read_text().splitlines()]
-    sets = realistic_sets.build(shared, Path(args.out).parent / "sets")
-    eng, limits = make_engine("sqlite"), Limits(timeout_s=10)
-    cache: dict = {}
-
-    def run(db: str, sql: str | None):
-        if sql is None:
-            return None
-        if (db, sql) not in cache:
-            path = str(shared / f"data/spider/database/{db}/{db}.sqlite")
-            cache[(db, sql)] = limits.enforce(eng.execute(path, sql, limits))
-        return cache[(db, sql)]
-
+    keep, dev, gold, sets, run, cache = _realistic(args)
     items, shapes = [], {}
     lines = {name: p.read_text().splitlines() for name, p in sets}
     for i in keep:
@@ -156,6 +146,17 @@ def _baseline_verdict(checkout: Path):
     return importlib.import_module("_baseline_dec.verdict"), importlib.import_module("_baseline_dec.normalize")
 
 
+def _cost_row(label: str, before_s: list[float], after_s: list[float]) -> str:
+    """One row of the paired cost tables: n, then mean/median/p95 ms and total s before and
+    after, and the speed-up of the totals."""
+    import numpy as np
+
+    a, b = np.asarray(before_s) * 1000, np.asarray(after_s) * 1000
+    return (f"{label} {len(a):6d} | {a.mean():12.3f} {np.median(a):7.3f} {np.percentile(a, 95):7.3f} "
+            f"{a.sum() / 1000:8.2f} | {b.mean():11.3f} {np.median(b):7.3f} {np.percentile(b, 95):7.3f} "
+            f"{b.sum() / 1000:8.2f} | {a.sum() / b.sum():.2f}x")
+
+
 def _verdict_record(v) -> dict:
     return {"verdict": v.verdict, "reason": v.reason, "basis": v.basis, "flags": list(v.flags),
             "diff": repr(v.diff), "detail": v.detail}
@@ -166,15 +167,11 @@ def paired_decide(args) -> None:
     of ``--repeats`` each), one canonical scope per question; outputs must be equal."""
     import contextlib
 
-    import numpy as np
-
     from polysql_ray.comparison import normalize as new_norm
     from polysql_ray.comparison import verdict as new_ver
-    from polysql_ray.comparison.policy import ComparisonPolicy
 
     old_ver, old_norm = _baseline_verdict(Path(args.baseline).resolve())
     items = pickle.load(open(args.inputs, "rb"))
-    policy = ComparisonPolicy()
     spent = {"old": 0.0, "new": 0.0}
 
     def timed(side, fn):  # time spent in pred_nondeterministic, per side
@@ -192,7 +189,7 @@ def paired_decide(args) -> None:
     by_q: dict = {}
     for it in items:
         by_q.setdefault(it["q"], []).append(it)
-    for group in by_q.values():
+    def decide_group(pname, policy, group) -> None:
         with contextlib.ExitStack() as stack:
             for _, _, norm in sides:
                 stack.enter_context(norm.canonical_scope())
@@ -212,25 +209,39 @@ def paired_decide(args) -> None:
                             out[side] = {"error": f"{type(e).__name__}: {e}"}
                         t[side] = min(t[side], time.perf_counter() - t0)
                 if out["old"] != out["new"]:
-                    differ.append((it, out["old"], out["new"]))
+                    differ.append((pname, it, out["old"], out["new"]))
                 v = out["old"].get("verdict")
-                rows.append(("pass" if v == "pass" else "fail" if v == "fail" else "other", t["old"], t["new"]))
+                rows.append((pname, "pass" if v == "pass" else "fail" if v == "fail" else "other", t["old"], t["new"]))
+
+    policies = _policies(args.all_policies)
+    for pname, policy in policies.items():
+        for group in by_q.values():
+            decide_group(pname, policy, group)
     print(f"{len(rows)} items decided; verdicts (verdict, reason, basis, flags, diff, detail) differing between "
           f"baseline and this checkout: {len(differ)}; load average {os.getloadavg()[0]:.1f}")
-    for it, a, b in differ[:args.show]:
-        print(f"  q{it['q']} [{it['model']}] {it['pred_sql'][:90]}\n    before: {a}\n    after:  {b}")
-    print(f"{'verdict':<9} {'n':>6} | {'before: mean':>12} {'median':>7} {'p95':>7} {'total s':>8} "
+    for pname, it, a, b in differ[:args.show]:
+        print(f"  q{it['q']} [{it['model']}, {pname}] {it['pred_sql'][:90]}\n    before: {a}\n    after:  {b}")
+    print(f"{'policy':<11} {'verdict':<9} {'n':>6} | {'before: mean':>12} {'median':>7} {'p95':>7} {'total s':>8} "
           f"| {'after: mean':>11} {'median':>7} {'p95':>7} {'total s':>8} | speed-up (total)")
-    for k in ("pass", "fail", "other"):
-        sel = [r for r in rows if r[0] == k]
-        if not sel:
-            continue
-        a = np.asarray([r[1] for r in sel]) * 1000
-        b = np.asarray([r[2] for r in sel]) * 1000
-        print(f"{k:<9} {len(sel):6d} | {a.mean():12.3f} {np.median(a):7.3f} {np.percentile(a, 95):7.3f} "
-              f"{a.sum() / 1000:8.2f} | {b.mean():11.3f} {np.median(b):7.3f} {np.percentile(b, 95):7.3f} "
-              f"{b.sum() / 1000:8.2f} | {a.sum() / b.sum():.2f}x")
+    for pname in policies:
+        for k in ("pass", "fail", "other"):
+            sel = [r for r in rows if r[0] == pname and r[1] == k]
+            if sel:
+                print(_cost_row(f"{pname:<11} {k:<9}", [r[2] for r in sel], [r[3] for r in sel]))
     print(f"pred_nondeterministic, all calls of all repeats: before {spent['old']:.2f} s, after {spent['new']:.2f} s")
+
+
+def _policies(every: bool) -> dict:
+    """The default policy, and with ``every`` the testsuite, set and positional ones."""
+    from polysql_ray.comparison.policy import ComparisonPolicy
+
+    policies = {"default": ComparisonPolicy()}
+    if every:
+        policies["testsuite"] = ComparisonPolicy(order="order_by_anywhere", ties="positional", extra_pred_columns=False,
+                                                 empty_equal=True, abs_tol=0.0, rel_tol=0.0, distinct="strip")
+        policies["set"] = ComparisonPolicy(duplicates="set")
+        policies["positional"] = ComparisonPolicy(columns="positional")
+    return policies
 
 
 def _jsonable(c) -> dict:
@@ -245,12 +256,7 @@ def score(args) -> None:
     from polysql_ray.comparison.result_set import compare
 
     items = pickle.load(open(args.inputs, "rb"))
-    policies = {"default": ComparisonPolicy()}
-    if args.all_policies:
-        policies["testsuite"] = ComparisonPolicy(order="order_by_anywhere", ties="positional", extra_pred_columns=False,
-                                                 empty_equal=True, abs_tol=0.0, rel_tol=0.0, distinct="strip")
-        policies["set"] = ComparisonPolicy(duplicates="set")
-        policies["positional"] = ComparisonPolicy(columns="positional")
+    policies = _policies(args.all_policies)
     with open(args.out, "w") as out:
         for pname, policy in policies.items():
             for qi, sql, g, p, shape, probe in items:
@@ -291,12 +297,7 @@ def paired(args) -> None:
 
     old = _baseline_compare(Path(args.baseline).resolve())
     items = pickle.load(open(args.inputs, "rb"))
-    policies = {"default": ComparisonPolicy(),
-                "testsuite": ComparisonPolicy(order="order_by_anywhere", ties="positional", extra_pred_columns=False,
-                                              empty_equal=True, abs_tol=0.0, rel_tol=0.0, distinct="strip"),
-                "set": ComparisonPolicy(duplicates="set"), "positional": ComparisonPolicy(columns="positional")}
-    if not args.all_policies:
-        policies = {"default": policies["default"]}
+    policies = _policies(args.all_policies)
     rows, differ = [], []
     for pname, policy in policies.items():
         for qi, sql, g, p, shape, probe in items:
@@ -326,11 +327,7 @@ def paired(args) -> None:
             sel = [r for r in rows if r[0] == pname and r[1] == k]
             if not sel:
                 continue
-            a = np.asarray([r[2] for r in sel]) * 1000
-            b = np.asarray([r[3] for r in sel]) * 1000
-            print(f"{pname:<11} {'match' if k else 'no match':<9} {len(sel):6d} | {a.mean():12.3f} {np.median(a):7.3f} "
-                  f"{np.percentile(a, 95):7.3f} {a.sum() / 1000:8.2f} | {b.mean():11.3f} {np.median(b):7.3f} "
-                  f"{np.percentile(b, 95):7.3f} {b.sum() / 1000:8.2f} | {a.sum() / b.sum():.2f}x")
+            print(_cost_row(f"{pname:<11} {'match' if k else 'no match':<9}", [r[2] for r in sel], [r[3] for r in sel]))
 
 
 def table(path: str) -> dict:
@@ -393,6 +390,7 @@ def main() -> None:
     qd.add_argument("--baseline", required=True, help="checkout (e.g. a `git archive` of the commit before)")
     qd.add_argument("--repeats", type=int, default=3)
     qd.add_argument("--show", type=int, default=10)
+    qd.add_argument("--all-policies", action="store_true", help="also the testsuite, set and positional policies")
     args = ap.parse_args()
     {"collect": collect, "score": score, "diff": diff, "paired": paired, "collect-decide": collect_decide,
      "paired-decide": paired_decide}[args.cmd](args)
