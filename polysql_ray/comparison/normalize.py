@@ -115,6 +115,16 @@ def _midnight_meets(g: "Canon", p: "Canon", policy: ComparisonPolicy) -> bool:
         pa.types.is_timestamp(g.raw.type) != pa.types.is_timestamp(p.raw.type)
 
 
+def _filled(arr: pa.Array, typ: pa.DataType, fill) -> np.ndarray:
+    """``pc.cast(arr, typ).fill_null(fill).to_numpy()``, without the cast when ``arr`` has the
+    type already nor the fill when it holds no NULL (the same array: cheaper on small results)."""
+    if arr.type != typ:
+        arr = pc.cast(arr, typ)
+    if arr.null_count:
+        arr = arr.fill_null(fill)
+    return arr.to_numpy()
+
+
 def canonical_column(col: pa.Array | pa.ChunkedArray, policy: ComparisonPolicy) -> Canon:
     """Canonicalise one Arrow column (vectorised except for ``mixed`` columns).
 
@@ -128,22 +138,23 @@ def canonical_column(col: pa.Array | pa.ChunkedArray, policy: ComparisonPolicy) 
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     t = arr.type
-    null = np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    null = np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool) if arr.null_count \
+        else np.zeros(len(arr), dtype=bool)
     if pa.types.is_null(t):
         return Canon("null", None, null, arr)
     if pa.types.is_boolean(t):
-        v = pc.cast(arr, pa.int64()).fill_null(0).to_numpy()
+        v = _filled(arr, pa.int64(), 0)
         return Canon("int" if policy.bool_as_int else "bool", v, null, arr)
     if pa.types.is_integer(t):
         if t == pa.uint64() and len(arr) and (pc.max(arr).as_py() or 0) > _INT64_MAX:
             return Canon("int", np.array([v or 0 for v in arr.to_pylist()], dtype=object), null, arr)
-        return Canon("int", pc.cast(arr, pa.int64()).fill_null(0).to_numpy(), null, arr)
+        return Canon("int", _filled(arr, pa.int64(), 0), null, arr)
     if pa.types.is_floating(t):
-        return Canon("float", pc.cast(arr, pa.float64()).fill_null(math.nan).to_numpy(), null, arr)
+        return Canon("float", _filled(arr, pa.float64(), math.nan), null, arr)
     if pa.types.is_decimal(t):
         if t.scale <= 0:  # integral by type: exact; beyond int64 keep Python ints (no overflow)
             if t.precision - t.scale <= 18:
-                return Canon("int", pc.cast(arr, pa.int64()).fill_null(0).to_numpy(), null, arr)
+                return Canon("int", _filled(arr, pa.int64(), 0), null, arr)
             ints = [int(v) if v is not None else 0 for v in arr.to_pylist()]
             if all(-_INT64_MAX <= v <= _INT64_MAX for v in ints):
                 return Canon("int", np.array(ints, dtype=np.int64), null, arr)
@@ -151,7 +162,7 @@ def canonical_column(col: pa.Array | pa.ChunkedArray, policy: ComparisonPolicy) 
         f = pc.cast(arr, pa.float64(), safe=False).fill_null(math.nan).to_numpy()
         return Canon("float", f, null, arr)
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        s = pc.cast(arr, pa.large_string())
+        s = arr if t == pa.large_string() else pc.cast(arr, pa.large_string())
         if policy.trim_trailing_spaces:
             s = pc.utf8_rtrim(s, characters=" ")
         return Canon("str", s, null, arr)
@@ -186,6 +197,48 @@ def canonical_scope():
         _SCOPE.reset(token)
 
 
+def taken(c: Canon, idx: np.ndarray, policy: ComparisonPolicy) -> Canon:
+    """``canonical_column(c.raw.take(idx), policy)`` (``c`` canonicalised under ``policy``) from ``c`` itself: canonical forms are computed
+    value by value, so the canonical column of some rows is those rows of the canonical column
+    (the kind comes from the Arrow type). Values kept as Python ints (``dtype=object``: beyond
+    int64, a choice made on the whole column) are canonicalised afresh."""
+    raw = c.raw.take(pa.array(idx, pa.int64()))
+    if isinstance(c.values, np.ndarray):
+        if c.values.dtype == object:
+            return canonical_column(raw, policy)
+        values = c.values[idx]
+    elif c.values is None:
+        values = None
+    elif isinstance(c.values, list):
+        values = [c.values[i] for i in idx]
+    else:
+        values = c.values.take(pa.array(idx, pa.int64()))
+    return Canon(c.kind, values, c.null[idx], raw)
+
+
+@contextlib.contextmanager
+def seeded(table: pa.Table, policy: ComparisonPolicy, canons: list[Canon]):
+    """Within the block, :func:`canonical_columns` of ``table`` under ``policy`` is ``canons``
+    (computed by the caller, e.g. :func:`taken` rows of a table already canonicalised), when a
+    :func:`canonical_scope` is open; the entry is dropped at the end of the block."""
+    cache = _SCOPE.get()
+    key = (id(table), policy.bool_as_int, policy.trim_trailing_spaces)
+    if cache is None or table.num_rows * table.num_columns > SCOPE_MAX_CELLS or key in cache:
+        yield
+        return
+    cache[key] = (table, canons)
+    try:
+        yield
+    finally:
+        cache.pop(key, None)
+
+
+def open_scope():
+    """A :func:`canonical_scope` when none is open, else the open one (kept: its cache serves
+    the block too)."""
+    return contextlib.nullcontext() if _SCOPE.get() is not None else canonical_scope()
+
+
 def canonical_columns(table: pa.Table, policy: ComparisonPolicy) -> list[Canon]:
     """:func:`canonical_column` of each column of ``table``, kept for the open
     :func:`canonical_scope` (the list is shared: read it, never change it)."""
@@ -196,6 +249,21 @@ def canonical_columns(table: pa.Table, policy: ComparisonPolicy) -> list[Canon]:
     hit = cache.get(key)
     if hit is None or hit[0] is not table:
         hit = cache[key] = (table, [canonical_column(c, policy) for c in table.columns])
+    return hit[1]
+
+
+def scope_cached(key: tuple, anchors: tuple, compute):
+    """``compute()``, once per ``key`` in the open :func:`canonical_scope` (outside one: every
+    time). ``key`` must name everything ``compute`` reads (objects by ``id``, held in ``anchors``
+    so their ids are not reused while the scope is open); the value is shared: never change it.
+    For gold-side facts that every prediction of a question, and every alternative result of a
+    tied prediction cut, would otherwise recompute (result_set.py: tie groups)."""
+    cache = _SCOPE.get()
+    if cache is None:
+        return compute()
+    hit = cache.get(key)
+    if hit is None or len(hit[0]) != len(anchors) or any(a is not b for a, b in zip(hit[0], anchors)):
+        hit = cache[key] = (anchors, compute())
     return hit[1]
 
 
@@ -536,7 +604,7 @@ def pair_codes(g: Canon, p: Canon, policy: ComparisonPolicy) -> PairCodes:
             gv, pv = (pc.replace_substring_regex(v, pattern=_MIDNIGHT[0], replacement=_MIDNIGHT[1])
                       for v in (gv, pv))
         idx = pa.concat_arrays([gv, pv]).dictionary_encode().indices
-        codes = idx.fill_null(NULL_CODE).to_numpy().astype(np.int64)
+        codes = (idx.fill_null(NULL_CODE) if idx.null_count else idx).to_numpy().astype(np.int64)
         return PairCodes(_null_fill(codes[:n], g.null), _null_fill(codes[n:], p.null), None, None, mode)
     if mode == "python" and not policy.string_number_equal and {g.kind, p.kind} in ({"str", "int"}, {"str", "float"}):
         codes = _integer_text_codes(g, p, policy)

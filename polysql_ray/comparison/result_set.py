@@ -61,7 +61,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .normalize import NULL_CODE, PairCodes, canonical_column, canonical_columns, canonical_scope, close, pair_codes, python_values
+from .normalize import (NULL_CODE, PairCodes, canonical_column, canonical_columns, canonical_scope, close, pair_codes,
+                        python_values, scope_cached, taken)
 from .policy import ComparisonPolicy
 from .shape import TIE_WINDOW, GoldShape
 
@@ -133,10 +134,11 @@ def _row_ids(mat: np.ndarray) -> np.ndarray:
     dense so no overflow below ~3e9 rows), much faster than ``np.unique(axis=0)``.
     """
     gid = np.zeros(len(mat), np.int64)
-    for c in mat.T:
-        c = c.astype(np.int64)
-        _, gid = np.unique(gid * (int(c.max()) + 2) + c + 1, return_inverse=True)
-        gid = gid.ravel().astype(np.int64)
+    for col, c in enumerate(mat.T):
+        c = c.astype(np.int64, copy=False)
+        # the first column's key is c + 1 (gid is 0): np.unique's inverse of c itself
+        _, gid = np.unique(c if col == 0 else gid * (int(c.max()) + 2) + c + 1, return_inverse=True)
+        gid = gid.ravel().astype(np.int64, copy=False)
     return gid
 
 
@@ -188,7 +190,8 @@ def unmatched_rows(ge: np.ndarray, pe: np.ndarray, gf: np.ndarray, pf: np.ndarra
         the multisets are equal (``capped``: a group was too large for exact matching).
     """
     n, m = len(ge), len(pe)
-    if n + m == 0:
+    if n + m == 0 or (gf.shape[1] == 0 and ge.shape == pe.shape and bool((ge == pe).all())):
+        # no rows, or exact codes equal row by row: the same multiset
         return np.empty(0, np.int64), np.empty(0, np.int64), False
     gid = _row_ids(np.concatenate([ge, pe]))
     gg, pg = gid[:n], gid[n:]
@@ -298,13 +301,14 @@ def _mappings(ctx: _Ctx, k: int, m: int, flags: list[str], positional: bool, cut
     if positional or k == 0 or m == 1:  # one predicted column: the identity is the only mapping
         return
     cands = []
+    pred_nulls = [int(c.null.sum()) for c in ctx.cp]
     for i in range(k):
         order = [i] + [j for j in range(m) if j != i] if i < m else list(range(m))
         nulls = int(ctx.cg[i].null.sum())
-        cands.append([j for j in order if int(ctx.cp[j].null.sum()) == nulls  # cheap necessary test
+        cands.append([j for j in order if pred_nulls[j] == nulls  # cheap necessary test
                       and ctx.column_equal(i, j)])
-    if not all(cands):
-        return  # some gold column appears nowhere: the identity's diff is the answer
+        if not cands[-1]:
+            return  # some gold column appears nowhere: the identity's diff is the answer
     order = sorted(range(k), key=lambda i: (len(cands[i]), i))
     budget = [MAX_CHECKS]
     found = [0]
@@ -359,7 +363,30 @@ def _tie_groups(gold: pa.Table, shape: GoldShape, probe: pa.Table | None,
 
     ``flags_only``: only the flags are wanted (a prediction :func:`identical` to the gold); the
     keys are then read only from the probe rows at and past the cut, which are all that
-    ``ties_at_limit`` and ``ties_truncated`` depend on, and the returned groups are strict."""
+    ``ties_at_limit`` and ``ties_truncated`` depend on, and the returned groups are strict.
+
+    A function of the gold, its probe, the shape's order facts and the policy only: computed
+    once per canonical scope (:func:`~.normalize.scope_cached`) for every prediction of a
+    question and every alternative of a tied prediction cut (``verdict.pred_nondeterministic``);
+    the flags it adds are replayed onto ``flags`` as the computation itself adds them."""
+    key = ("tie_groups", id(gold), id(probe), shape.ordered, shape.probe_sql, shape.probe_keys, shape.keys_complete,
+           shape.order_keys, shape.limit, policy, flags_only)
+    added, out = scope_cached(key, (gold, probe), lambda: _tie_groups_of(gold, shape, probe, policy, flags_only))
+    for f in added:
+        if f != "order_keys_unknown" or f not in flags:
+            flags.append(f)
+    return out
+
+
+def _tie_groups_of(gold: pa.Table, shape: GoldShape, probe: pa.Table | None, policy: ComparisonPolicy,
+                   flags_only: bool):
+    """(flags added, result) of :func:`_tie_groups`."""
+    flags: list[str] = []
+    return flags, _tie_groups_flags(gold, shape, probe, policy, flags, flags_only)
+
+
+def _tie_groups_flags(gold: pa.Table, shape: GoldShape, probe: pa.Table | None,
+                      policy: ComparisonPolicy, flags: list[str], flags_only: bool):
     n = gold.num_rows
     strict = np.arange(n, dtype=np.int64)
     if not shape.ordered or n == 0:
@@ -417,9 +444,10 @@ def _not_tied(ctx: _Ctx, mapping: tuple[int, ...], tied: pa.Table, idx: np.ndarr
     """Predicted rows ``idx`` that are not a sub-multiset of the probe's ``tied`` rows."""
     if len(idx) == 0:
         return idx
-    sub = ctx.pred.select(list(mapping)).take(pa.array(idx))
-    pairs = [pair_codes(canonical_column(a, ctx.policy), canonical_column(b, ctx.policy), ctx.policy)
-             for a, b in zip(tied.columns, sub.columns)]
+    # the tied rows' canonical columns once per scope; the predicted rows' from the predicted
+    # table's (normalize.taken: the same as canonicalising the rows taken)
+    pairs = [pair_codes(a, taken(ctx.cp[j], idx, ctx.policy), ctx.policy)
+             for a, j in zip(canonical_columns(tied, ctx.policy), mapping)]
     _, up, _ = unmatched_rows(*_stack(pairs), ctx.policy)
     return idx[up]
 
@@ -438,8 +466,14 @@ def _evaluate(ctx: _Ctx, mapping: tuple[int, ...], ordered: bool, groups: np.nda
     s = cut[0] if cut else n
     ge, pe, gf, pf = _stack([ctx.pair(i, j) for i, j in enumerate(mapping)])
     ug, up, capped = unmatched_rows(ge[:s], pe, gf[:s], pf, policy)
+    tail = None  # _not_tied of the predicted rows from s on, when already computed
     if cut:
+        # the same rows as the order check's below when every predicted row from s on, and none
+        # before, is unmatched (a gold cut at its first row): computed once
+        same_rows = len(up) == n - s and bool((up == np.arange(s, n)).all())
         up = _not_tied(ctx, mapping, cut[1], up)
+        if same_rows:
+            tail = up
     if capped:
         flags.append("tolerance_match_capped")
     diff = Diff(n, pred.num_rows, len(ug), len(up), _rows(gold, ug, tuple(range(len(mapping)))) if samples else (),
@@ -454,7 +488,7 @@ def _evaluate(ctx: _Ctx, mapping: tuple[int, ...], ordered: bool, groups: np.nda
     og, op, _ = unmatched_rows(np.hstack([ge[:s], g2]), np.hstack([pe[:s], g2]), gf[:s], pf[:s], policy)
     bad = [int(x) for x in np.concatenate([og, op])]
     if cut:
-        bad += [int(x) for x in _not_tied(ctx, mapping, cut[1], np.arange(s, n))]
+        bad += [int(x) for x in (tail if tail is not None else _not_tied(ctx, mapping, cut[1], np.arange(s, n)))]
     if bad:
         if cut and cut[2] and min(bad) >= s:
             return "ties_truncated", diff
@@ -608,8 +642,10 @@ def _coincidence_possible(knob: str, gold: pa.Table, pred: pa.Table, pairs) -> b
         return ("ts" if t.is_timestamp(c) else "date" if t.is_date(c) else
                 "str" if (t.is_string(c) or t.is_large_string(c) or t.is_string_view(c)) else
                 "num" if (t.is_integer(c) or t.is_floating(c) or t.is_decimal(c)) else "other")
+    gk, pk = {}, {}  # kind per column, once
     for i, j in pairs:
-        a, b = kinds(gold.column(i)), kinds(pred.column(j))
+        a = gk[i] if i in gk else gk.setdefault(i, kinds(gold.column(i)))
+        b = pk[j] if j in pk else pk.setdefault(j, kinds(pred.column(j)))
         if knob == "midnight_timestamp" and (a == "ts") != (b == "ts") and {a, b} <= {"ts", "date", "str"}:
             return True
         if knob == "integer_string" and {a, b} == {"str", "num"}:
@@ -677,7 +713,7 @@ def _compare(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
     if policy.empty_equal and gold.num_rows == 0 and pred.num_rows == 0:
         return Comparison(True, "match", (), Diff(0, 0))
     if policy.duplicates == "set":
-        gold, pred = distinct_rows(gold), distinct_rows(pred)
+        gold, pred = _scoped_distinct(gold), _scoped_distinct(pred)
     k, m = gold.num_columns, pred.num_columns
     base = Diff(gold.num_rows, pred.num_rows)
     if m < k or (m > k and not policy.extra_pred_columns):
@@ -751,7 +787,7 @@ def _explain(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
     # each check below re-compares only when its relaxation changes an input: an unchanged
     # input would repeat the comparison that just failed
     if policy.duplicates == "bag":
-        dg, dp = distinct_rows(gold), distinct_rows(pred)
+        dg, dp = _scoped_distinct(gold), _scoped_distinct(pred)
         if (dg is not gold or dp is not pred) and \
                 _compare(dg, dp, shape, dataclasses.replace(policy, duplicates="set"), probe, [], False).match:
             flags.append("duplicates")
@@ -761,12 +797,32 @@ def _explain(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
                 policy, abs_tol=max(policy.abs_tol, 10.0 ** -scale)), probe, [], False).match:
             flags.append("decimal_scale")
     if res.reason in ("values", "order", "row_count"):
-        lower = [_lower_strings(gold), _lower_strings(pred)]
+        lower = [_scoped_lower(gold), _lower_strings(pred)]
         if lower[0] is not None and lower[1] is not None:
-            low_probe = None if probe is None else (_lower_strings(probe) or probe)
+            low_probe = None if probe is None else (_scoped_lower(probe) or probe)
             if (lower[0] is not gold or lower[1] is not pred or low_probe is not probe) and \
                     _compare(lower[0], lower[1], shape, policy, low_probe, [], False).match:
                 flags.append("collation")
+
+
+def _scoped_distinct(t: pa.Table) -> pa.Table:
+    """:func:`distinct_rows` of a table, once per canonical scope (a function of the table
+    alone; for a gold result, the same object for every prediction compared with it, so its
+    canonical columns are computed once too). The result is its own :func:`distinct_rows`
+    (no repeated row left: the table itself), so it is recorded as such: the ``set`` re-check
+    of a failed comparison does not recompute it."""
+    def compute():
+        d = distinct_rows(t)
+        if d is not t:
+            scope_cached(("distinct_rows", id(d)), (d,), lambda: d)
+        return d
+    return scope_cached(("distinct_rows", id(t)), (t,), compute)
+
+
+def _scoped_lower(t: pa.Table) -> pa.Table | None:
+    """:func:`_lower_strings` of a gold-side table, once per canonical scope (as
+    :func:`_scoped_distinct`)."""
+    return scope_cached(("lower_strings", id(t)), (t,), lambda: _lower_strings(t))
 
 
 def _lower_strings(t: pa.Table) -> pa.Table | None:
@@ -794,6 +850,17 @@ MAX_CUT_CHOICES = 64
 
 def cut_choices(pred: pa.Table, cut_probe: pa.Table | None, limit: int, keys: tuple[int, ...],
                 policy: ComparisonPolicy) -> list[pa.Table] | None | str:
+    """The other results a prediction with a top-level ``LIMIT k`` could have returned
+    (:func:`cut_choice_rows`, each choice as a table)."""
+    got = cut_choice_rows(pred, cut_probe, limit, keys, policy)
+    if got is None or isinstance(got, str):
+        return got
+    rows, choices = got
+    return [rows.take(pa.array(ix)) for ix in choices]
+
+
+def cut_choice_rows(pred: pa.Table, cut_probe: pa.Table | None, limit: int, keys: tuple[int, ...],
+                    policy: ComparisonPolicy) -> tuple[pa.Table, list[np.ndarray]] | None | str:
     """The other results a prediction with a top-level ``LIMIT k`` could have returned on the
     same data: the engine may pick any of the rows tied at its own cut (on its ORDER BY keys;
     without ORDER BY every row is tied), and may pick differently in another run.
@@ -805,7 +872,9 @@ def cut_choices(pred: pa.Table, cut_probe: pa.Table | None, limit: int, keys: tu
         policy: for the key comparison.
     Returns:
         None when no choice exists (the LIMIT cut no row, no probe row past the cut ties with
-        the last kept one, or the tied rows are all alike); else the list of possible results
+        the last kept one, or the tied rows are all alike); else the possible results, as
+        ``(rows, choices)``: the probe's rows up to the end of the tie group (cast to the
+        prediction's schema) and, per possible result, the positions of its rows in ``rows``
         (rows before the tie group, then each choice of tied rows, in probe order); ``"unknown"``
         when the tied rows run to the end of the probe window or the choices exceed
         :data:`MAX_CUT_CHOICES`.
@@ -837,12 +906,13 @@ def cut_choices(pred: pa.Table, cut_probe: pa.Table | None, limit: int, keys: tu
         return None
     if math.comb(end - s, n - s) > MAX_CUT_CHOICES:
         return "unknown"
-    fixed = pa.Table.from_arrays(cut_probe.slice(0, s).select(cols).columns, names=pred.column_names)
-    try:
-        return [pa.concat_tables([fixed, group.take(pa.array(idx, pa.int64()))]).cast(pred.schema)
-                for idx in itertools.combinations(range(end - s), n - s)]
+    try:  # cast value by value: fails iff some alternative's cast fails (each tied row is in one)
+        rows = pa.Table.from_arrays(cut_probe.slice(0, end).select(cols).columns,
+                                    names=pred.column_names).cast(pred.schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return "unknown"
+    return rows, [np.asarray([*range(s), *(s + i for i in idx)], np.int64)
+                  for idx in itertools.combinations(range(end - s), n - s)]
 
 
 def compare_batch(items: list[tuple[pa.Table | None, pa.Table | None, GoldShape, pa.Table | None]],

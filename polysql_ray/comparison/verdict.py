@@ -39,7 +39,8 @@ import sqlglot
 from sqlglot import exp
 
 from polysql_ray.comparison.policy import ComparisonPolicy
-from polysql_ray.comparison.result_set import Comparison, Diff, compare, cut_choices, matches
+from polysql_ray.comparison.normalize import canonical_columns, open_scope, seeded, taken
+from polysql_ray.comparison.result_set import Comparison, Diff, compare, cut_choice_rows, identical, matches
 from polysql_ray.comparison.shape import GoldShape, PredShape, nested_ties
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 from polysql_ray.generation.base import GenStatus
@@ -384,12 +385,25 @@ def pred_nondeterministic(cmp: Comparison, gold: pa.Table, pred: pa.Table, shape
             return True
     if pred_shape.cut_probe_sql is not None and pred_shape.limit is not None:
         table = pred_probe.table if (pred_probe is not None and pred_probe.ok) else None
-        alts = cut_choices(pred, table, pred_shape.limit, pred_shape.cut_keys, policy)
-        if alts == "unknown":
+        got = cut_choice_rows(pred, table, pred_shape.limit, pred_shape.cut_keys, policy)
+        if got == "unknown":
             return True
-        if alts:
-            return any(matches(gold, alt, shape, policy, probe, pred_constants=pred_shape.constant_columns)
-                       != cmp.match for alt in alts)
+        if got is not None:
+            # an alternative identical to the observed result (same types, same values in the same
+            # order) is judged as observed: skipped (the premise of result_set.identical); the
+            # gold's canonical columns and tie groups are computed once for all alternatives, and
+            # each alternative's canonical columns are its rows of the probe rows' (normalize.taken)
+            rows, choices = got
+            with open_scope():
+                canon = canonical_columns(rows, policy)
+                for ix in choices:
+                    alt = rows.take(pa.array(ix))
+                    if identical(alt, pred):
+                        continue
+                    with seeded(alt, policy, [taken(c, ix, policy) for c in canon]):
+                        if matches(gold, alt, shape, policy, probe,
+                                   pred_constants=pred_shape.constant_columns) != cmp.match:
+                            return True
     return False
 
 
