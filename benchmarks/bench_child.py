@@ -3,9 +3,9 @@
 Runs the distinct ``(database, SQL)`` pairs of Spider dev gold and the 21 realistic sets
 (:mod:`realistic_sets`, the statements ``bench_realistic.py`` executes, without its probes)
 through :class:`~polysql_ray.engines.child.ChildEngine` the way the execution actor does
-(:meth:`ExecutionActor.execute_batch`, batches of ``--batch``), and prints wall, the parent's
-CPU (the actor's share), the child's CPU (``/proc/<pid>/stat``) and the status counts, so two
-checkouts can be compared side by side:
+(:meth:`ExecutionActor.execute_batch`, batches of ``--batch``, each result then pickled as Ray
+passes it on), and prints wall, the parent's CPU (the actor's share), the child's CPU
+(``/proc/<pid>/stat``) and the status counts, so two checkouts can be compared side by side:
 
     PYTHONPATH=. python benchmarks/bench_child.py [--limit N] [--batch 64] [--repeats 3]
 """
@@ -15,6 +15,7 @@ import argparse
 import collections
 import json
 import os
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -69,7 +70,10 @@ def main() -> None:
         c0, p0, w0 = child_cpu(pid), os.times(), time.perf_counter()
         results = []
         for k in range(0, len(reqs), args.batch):
-            results += list(actor.execute_batch(reqs[k:k + args.batch])[:-1])
+            out = actor.execute_batch(reqs[k:k + args.batch])[:-1]
+            for r in out:  # as Ray passes the actor's returns on (ExecutionResult.__reduce__)
+                pickle.dumps(r, protocol=5)
+            results += out
         wall, p1 = time.perf_counter() - w0, os.times()
         pu, ps = p1.user - p0.user, p1.system - p0.system
         c1 = child_cpu(pid) if actor.engine.pid == pid else (float("nan"), float("nan"))

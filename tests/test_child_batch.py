@@ -152,3 +152,24 @@ def test_abandoned_batch_leaves_no_stale_answer(db):
         assert_canary(eng.execute(db, canary(7)[0], LIMITS), 7)
     finally:
         eng.close()
+
+
+def test_result_passed_on_keeps_its_ipc_bytes_exactly():
+    """A result restored from Arrow IPC (the child's answer in the actor) is passed on with the
+    same bytes, not written again; a table replaced after restoring is written afresh."""
+    import pickle
+
+    import pyarrow as pa
+
+    from polysql_ray.engines.base import ExecutionResult
+    from polysql_ray.engines.sqlite import rows_to_table
+
+    table = rows_to_table(["id", "id", "v"], [(1, 2, "a"), (3, 4, 5.5), (5, 6, None)])
+    first = pickle.loads(pickle.dumps(ExecutionResult(S.OK, table)))
+    blob = first.__reduce__()[1][1]
+    assert first.__reduce__()[1][1] is blob  # the bytes it came with
+    second = pickle.loads(pickle.dumps(first))
+    assert second.table.equals(table) and second.table.schema.equals(table.schema, check_metadata=True)
+    assert second.table.column_names == ["id", "id", "v"]
+    first.table = pa.table({"n": [7]})
+    assert pickle.loads(pickle.dumps(first)).table.to_pylist() == [{"n": 7}]

@@ -29,6 +29,7 @@ read from the engine class, so the parent never imports the engine's driver.
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import time
@@ -103,6 +104,8 @@ class ChildEngine:
         os.close(down_r)
         os.close(up_w)
         self._reader = Connection(up_r, writable=False)
+        self._poller = select.poll()  # one poll object for the child's life (Connection.poll
+        self._poller.register(up_r, select.POLLIN)  # builds a selector on every call)
         self._writer = Connection(down_w, readable=False)
         self._writer.send((self.name, self.settings))
         if not self._reader.poll(START_S):
@@ -201,7 +204,7 @@ class ChildEngine:
         eof = False
         while n:
             try:
-                if self._reader.poll(POLL_S):
+                if self._poller.poll(POLL_S * 1000):
                     res, finished = self._reader.recv()
                     res.elapsed_s = time.monotonic() - start
                     start = finished  # the next statement's clock: the child went on from there
@@ -222,7 +225,7 @@ class ChildEngine:
             elapsed = time.monotonic() - start
             if rss > ceiling or elapsed > hard:
                 try:
-                    if not eof and self._reader.poll(0):
+                    if not eof and self._poller.poll(0):
                         continue  # its answer came meanwhile: the reading may be the next one's
                 except (EOFError, OSError):
                     eof = True
