@@ -146,8 +146,9 @@ class TreeSampler(threading.Thread):
                 for pid, rss, comm, start, ticks in kids.get(todo.pop(), []):
                     tree.append((pid, rss, comm))
                     self.cpu_ticks[(pid, start)] = ticks
-                    if self.names.get((pid, start), "ray::IDLE") == "ray::IDLE":  # a Ray worker's task name, once known
-                        self.names[(pid, start)] = _name(pid, comm)
+                    name = _name(pid, comm)  # the latest, but a Ray worker keeps the task name it had
+                    if name != "ray::IDLE" or (pid, start) not in self.names:
+                        self.names[(pid, start)] = name
                     todo.append(pid)
             if tree:
                 self.samples += 1

@@ -99,10 +99,11 @@ def cost_line(cost: dict) -> str:
 
     parts = []
     for k in ("pass", "fail", "other"):
-        v = np.asarray(cost.get(k, []), float) * 1000
+        every = np.asarray(cost.get(k, []), float) * 1000
+        v = every[every > 0]  # 0.0: a verdict reused from an identical item, not scored
         if len(v):
-            parts.append(f"{k} n={len(v)} mean {v.mean():.2f} ms, median {np.median(v):.2f}, "
-                         f"p95 {np.percentile(v, 95):.2f}, total {v.sum() / 1000:.1f} s")
+            parts.append(f"{k} n={len(v)} scored (+{len(every) - len(v)} reused) mean {v.mean():.2f} ms, "
+                         f"median {np.median(v):.2f}, p95 {np.percentile(v, 95):.2f}, total {v.sum() / 1000:.1f} s")
     return "; ".join(parts)
 
 

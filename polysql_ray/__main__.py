@@ -58,6 +58,9 @@ def _run(cfg: DictConfig) -> int:
     if stats.exec_reused:
         console.print(f"execution reuse: {stats.exec_reused} needs met by an execution already run or "
                       f"running (gold results shared across models and dialects)")
+    if getattr(stats, "verdicts_reused", 0):
+        console.print(f"verdict reuse: {stats.verdicts_reused} items not rescored: an identical item "
+                      f"(question, gold and predicted SQL, execution results, policy) was scored this run")
     if stats.suite is not None:  # suite EX: what it added (README "Distilled test suites": cost)
         f = stats.suite.summary()
         console.print(f"suites: {f['suites']} ({f['suites_reused']} reused, {f['suite_databases']} databases, "

@@ -154,6 +154,7 @@ SETTINGS: dict[str, tuple[str, float | None, bool]] = {
     "pipeline.generation_prefetch_cells": ("int", 0, True),
     "pipeline.generation_batch_size": ("int", 0, True),   # 0: a cell's remainder in one call
     "pipeline.exec_cache_size": ("int", 0, True),
+    "pipeline.verdict_cache_size": ("int", 0, True),   # 0: every item scored by a task
     "pipeline.flush_rows": ("int", 1, True),
     "pipeline.flush_s": ("number", 0, True),   # 0: write after every scored batch
     "pipeline.score_num_cpus": ("number", 0, False),

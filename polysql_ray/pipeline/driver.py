@@ -104,6 +104,7 @@ class RunStats:
     exec_requested: dict = field(default_factory=lambda: collections.Counter())  # engine -> item needs
     exec_unique: dict = field(default_factory=lambda: collections.Counter())     # engine -> executions run
     exec_reused: int = 0        # needs met by an execution already run or running (LRU, in flight)
+    verdicts_reused: int = 0    # items whose verdict was an identical earlier item's (not rescored)
     exec_repeated: int = 0      # executions of a key this run had already executed (evicted from
                                 # the LRU, needed again); tracked for the first 1M unique keys
     engine_s: dict = field(default_factory=lambda: collections.defaultdict(float))

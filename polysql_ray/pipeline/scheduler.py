@@ -26,6 +26,17 @@ iterate model by model over the same questions, so a gold result (and its probes
 the LRU by every later cell that needs it; an entry evicted and needed again is executed again
 (correct, only slower). ``RunStats.exec_reused`` counts the executions saved this way.
 
+Reuse of verdicts. The verdict of an item is a function of its question, its gold and
+predicted SQL, the executions it reads and the policy (:func:`verdict_signature`). An item
+whose signature matches an item already scored this run (a bounded LRU,
+``pipeline.verdict_cache_size`` entries; 0 turns it off) is not sent to a scoring task: its
+row is the earlier row's verdict columns under its own metadata, with ``score_s`` 0.0.
+Signatures name the executions by their ObjectRef, not their exec key, so an execution
+evicted from the LRU and run again (possibly with another result) never shares a verdict.
+Models agree on many questions (the realistic benchmark: 59% of its 20,412 items repeat an
+earlier item's (question, SQL); the four real shared sets 3%), and every instruction level or
+policy-free rerun of a cell repeats them. ``RunStats.verdicts_reused`` counts them.
+
 Suite EX (``suite.enabled``; :mod:`polysql_ray.pipeline.suite_stage`). With a ``suite`` stage,
 a scored batch is not written at once: :meth:`SuiteStage.plan` fills the suite columns of the
 rows that do not pass on the original (early exit) and returns the executions the passing
@@ -181,6 +192,9 @@ class Scheduler:
         self.struct_task: int | None = None
         self.suite = suite                                   # SuiteStage or None (suite EX off)
         self.suite_jobs: dict[int, Any] = {}                 # suite batch -> SuiteJob (its rows wait)
+        self.verdict_cache_size = max(0, int(pcfg.get("verdict_cache_size", 20_000)))
+        self.verdicts: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()  # LRU
+        self.reuse: dict[int, tuple] = {}                    # batch -> (metas, sigs, scored, reused)
 
     # -- feeding -------------------------------------------------------------------------
     def add(self, items: list[WorkItem], requests: dict[str, ExecRequest], job=None) -> None:
@@ -361,6 +375,12 @@ class Scheduler:
     def _score_done(self, ref) -> None:
         b = self.score_inflight.pop(ref)
         table = ray.get(ref)
+        if b in self.reuse:
+            table = self._with_reused(table, *self.reuse.pop(b))
+        self._scored(b, table)
+
+    def _scored(self, b: int, table) -> None:
+        """Batch ``b``'s rows are scored (all its items, in order): on to the suite stage or the writer."""
         if b in self.suite_jobs:  # a suite phase is done: its rows are complete
             b = self.suite_jobs.pop(b).batch
         elif self.suite is not None:  # suite EX: passing rows run on the suite first
@@ -425,16 +445,61 @@ class Scheduler:
                 self.score_inflight[ref] = b
                 continue
             batch, refs = self.batches[b], self.batch_refs[b]
-            deps = sorted({d for it in batch for d in it.deps})
-            index = {d: i for i, d in enumerate(deps)}
-            metas = [_item_meta(it, index, self.run_id, int(self.limits.get("max_sql_chars", 100_000)))
-                     for it in batch]
+            max_chars = int(self.limits.get("max_sql_chars", 100_000))
             policy = self.policies.get(batch[0].cell.policy, self.policy)  # one cell per batch
-            ref = score_batch.options(num_cpus=self.score_cpus).remote(
-                metas, [refs[d] for d in deps], policy)
-            self.score_inflight[ref] = b
+            sigs = [verdict_signature(it, refs, policy) if self.verdict_cache_size else None for it in batch]
+            reused = {}
+            for i, sig in enumerate(sigs):
+                if sig is not None and sig in self.verdicts:
+                    self.verdicts.move_to_end(sig)
+                    reused[i] = self.verdicts[sig]
+            scored = [i for i in range(len(batch)) if i not in reused]
+            deps = sorted({d for i in scored for d in batch[i].deps})
+            index = {d: i for i, d in enumerate(deps)}
+            metas = [_item_meta(it, index, self.run_id, max_chars) for it in batch]
             self.batch_refs[b] = {}  # the scoring task holds the refs now
+            self.stats.verdicts_reused = getattr(self.stats, "verdicts_reused", 0) + len(reused)
             self.clock.start("score")
+            if not scored:  # every verdict known: the rows are made here, no task
+                from polysql_ray.store.schema import SCORE_SCHEMA
+
+                self._scored(b, self._with_reused(SCORE_SCHEMA.empty_table(), metas, sigs, [], reused))
+                continue
+            self.reuse[b] = (metas, sigs, scored, reused)
+            ref = score_batch.options(num_cpus=self.score_cpus).remote(
+                [metas[i] for i in scored], [refs[d] for d in deps], policy)
+            self.score_inflight[ref] = b
+
+    def _with_reused(self, table, metas: list[dict], sigs: list, scored: list[int], reused: dict):
+        """The rows of a whole batch in its order: ``table`` (the scored items ``scored``, in
+        order) with the rows of the ``reused`` ones (``{position: verdict columns}``); the
+        scored rows' verdict columns are remembered under their signatures (LRU)."""
+        import pyarrow as pa
+
+        from polysql_ray.store.schema import SCORE_SCHEMA
+
+        if self.verdict_cache_size and scored:
+            cols = table.select(list(VERDICT_COLUMNS)).to_pydict()
+            for j, i in enumerate(scored):
+                if sigs[i] is not None:
+                    self.verdicts[sigs[i]] = tuple(cols[c][j] for c in VERDICT_COLUMNS)
+                    self.verdicts.move_to_end(sigs[i])
+            while len(self.verdicts) > self.verdict_cache_size:
+                self.verdicts.popitem(last=False)
+        if not reused:
+            return table
+        import datetime as dt
+
+        now = dt.datetime.now(dt.timezone.utc)
+        rows = []
+        for i, values in reused.items():
+            row = {k: v for k, v in metas[i].items() if not k.startswith("_")}
+            row.update(zip(VERDICT_COLUMNS, values))  # flags include the question's own (signature)
+            row.update(score_s=0.0, scored_at=now)
+            rows.append(row)
+        both = pa.concat_tables([table, pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)])
+        where = {i: j for j, i in enumerate([*scored, *reused])}
+        return both.take(pa.array([where[i] for i in range(len(metas))], pa.int64()))
 
     def _exec_failed(self, engine: str, keys: list[str], exc: BaseException) -> list[str]:
         """An execution batch failed although Ray restarted its actor and retried it: split it
@@ -473,6 +538,38 @@ class Scheduler:
             for pool in self.actors.values():
                 for a in pool:
                     ray.kill(a)
+
+
+#: Score columns decided by the comparison (the rest is the item's own metadata, ``score_s``,
+#: ``scored_at`` and the suite columns): what a reused verdict copies (module docstring).
+VERDICT_COLUMNS = ("gold_status", "gold_error", "pred_status", "pred_error", "correct", "verdict", "reason",
+                   "basis", "flags", "structural", "trail", "policy_version", "policy", "gold_rows",
+                   "pred_rows", "gold_exec_s", "pred_exec_s")
+
+
+def verdict_signature(it: WorkItem, refs: dict, policy) -> tuple | None:
+    """What an item's verdict is a function of (module docstring, "Reuse of verdicts"): the
+    question (its dataset flags and gold), both SQL texts, generation status, structural
+    decision, engines, the policy (name and fingerprint: rules and version), and the ObjectRef
+    of each execution it reads, by role.
+    None when an execution has no ref (never reused)."""
+    ex, cell, pred = it.example, it.cell, it.prediction
+    roles = (it.gold, it.probe, it.ties_probe, it.pred, it.pred_probe, it.pred_ties_probe)
+    try:
+        ids = tuple(None if k is None else refs[k].binary() for k in roles)
+    except (KeyError, AttributeError):
+        return None
+    return (cell.dataset, ex.question_id, ex.db_id, ex.gold_sql, ex.gold_dialect, ex.gold_error,
+            tuple(ex.extra.get("flags", ())), ex.source_engine, cell.target_engine, policy.name,
+            _fingerprint(policy), str(pred.status), pred.pred_sql, it.structural, ids)
+
+
+def _fingerprint(policy, _memo: dict = {}) -> str:  # noqa: B006 - a per-process memo of frozen policies
+    """``policy.fingerprint()`` (its rules and version), computed once per policy object."""
+    key = id(policy)
+    if key not in _memo or _memo[key][0] is not policy:
+        _memo[key] = (policy, policy.fingerprint())
+    return _memo[key][1]
 
 
 def _count_unavailable(table, stats) -> None:

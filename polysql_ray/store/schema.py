@@ -19,6 +19,9 @@ Verdict vocabulary (stored verbatim):
   when it did not run; ``trail``: which layers ran and what each decided, in order
   (``structural:equivalent`` or ``structural:unknown>execution:fail``).
 * ``pred_status`` is ``skipped`` when a structural proof made executing the prediction moot.
+* ``score_s``: seconds the comparison of this item took in its scoring task; 0.0 when the
+  verdict was reused from an identical item of the same run (``pipeline.verdict_cache_size``,
+  :mod:`polysql_ray.pipeline.scheduler`).
 * ``policy``: the name of the comparison policy (``default``, ``testsuite``, ``bird`` ...) the
   row was scored under; one row per policy of ``policies=[...]`` (its fingerprint is in the
   key). Null in rows stored before the column existed: they read as ``default``
