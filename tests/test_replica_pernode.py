@@ -59,3 +59,12 @@ def test_a_node_without_the_source_reports_unavailable(tmp_path):
     assert res.status is ExecStatus.UNAVAILABLE
     assert "rebuilding it failed" in (res.error or "") and "is missing" in (res.error or "")
     assert not os.path.exists(location)
+    # a batch (one round trip to the engine child for the statements that can run): the same
+    # answer for the missing replica, and the statement beside it still runs
+    here = replicate_locked(Recipe(src, "duckdb", str(tmp_path / "here"), "declared")).location
+    batch = ExecutionActor("duckdb", {"_replica_recipes": {location: dataclasses.replace(recipe, source=gone)}}, {})
+    missing, fine, stats = batch.execute_batch([(location, SQL), (here, SQL)])
+    assert (missing.status, missing.error) == (res.status, res.error)
+    assert fine.status is ExecStatus.OK and fine.table.to_pylist()[0]["n"] > 0, (fine.status, fine.error)
+    assert stats["n"] == 2
+    batch.engine.close()

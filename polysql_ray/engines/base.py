@@ -124,7 +124,10 @@ class ExecutionResult:
         # independent of Ray's own Arrow reducer, which looks columns up by *name* and fails on
         # results such as ``SELECT T1.id, T2.id`` (two columns named ``id``).
         blob = None
-        if self.table is not None:
+        cached = self.__dict__.get("_ipc")  # (table, blob) of a result that came as IPC: the
+        if cached is not None and cached[0] is self.table:  # same bytes, not written again
+            blob = cached[1]
+        elif self.table is not None:
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, self.table.schema) as writer:
                 writer.write_table(self.table)
@@ -139,7 +142,10 @@ class ExecutionResult:
 
 def _restore_result(status: str, blob, error: str | None, elapsed_s: float) -> "ExecutionResult":
     table = pa.ipc.open_stream(blob).read_all() if blob is not None else None
-    return ExecutionResult(ExecStatus(status), table, error, elapsed_s)
+    res = ExecutionResult(ExecStatus(status), table, error, elapsed_s)
+    if table is not None:  # the table's buffers live in ``blob`` anyway: keep it for the next hop
+        res.__dict__["_ipc"] = (table, blob)  # (the execution actor passes results on unchanged)
+    return res
 
 
 @runtime_checkable

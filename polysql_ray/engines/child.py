@@ -8,9 +8,12 @@ ClickHouse's recursive CTE runs its iterations outside the time check. A process
 stopped, so the execution actor runs its engine in a child process (:class:`ChildEngine`):
 
 * the child (``python -m polysql_ray.engines.child``) builds the engine from its name and
-  settings and answers one request at a time over a pipe (``multiprocessing.connection``);
-  results travel as :class:`~polysql_ray.engines.base.ExecutionResult` (Arrow IPC, exact);
-* the parent waits at most ``timeout_s + kill_after(limits)`` (``min(timeout_s / 2, 30)``:
+  settings and takes a batch of statements at a time over a pipe (``multiprocessing.connection``),
+  sending each statement's result as soon as it has it (:meth:`ChildEngine.execute_many`: one
+  round trip per batch; :meth:`ChildEngine.execute` is a batch of one); results travel as
+  :class:`~polysql_ray.engines.base.ExecutionResult` (Arrow IPC, exact);
+* the parent waits for each statement at most ``timeout_s + kill_after(limits)`` (counted from
+  when the child finished the one before it) (``min(timeout_s / 2, 30)``:
   half the limit is left for the kill itself and a loaded machine's scheduling, so the
   statement ends within 2x its limit) and kills the child when no answer came: ``timeout``,
   the statement's own;
@@ -26,10 +29,11 @@ read from the engine class, so the parent never imports the engine's driver.
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 
@@ -100,6 +104,8 @@ class ChildEngine:
         os.close(down_r)
         os.close(up_w)
         self._reader = Connection(up_r, writable=False)
+        self._poller = select.poll()  # one poll object for the child's life (Connection.poll
+        self._poller.register(up_r, select.POLLIN)  # builds a selector on every call)
         self._writer = Connection(down_w, readable=False)
         self._writer.send((self.name, self.settings))
         if not self._reader.poll(START_S):
@@ -134,55 +140,106 @@ class ChildEngine:
     def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
         """Run in the child; TIMEOUT past ``timeout_s + kill_after``, TOO_LARGE past
         ``limits.memory_mb`` of resident memory, RUNTIME when the child died by itself."""
-        t0 = time.perf_counter()
-        for attempt in range(2):  # a child that died between two statements is replaced once
+        for res in self.execute_many([(location, sql)], limits):
+            return res
+        raise AssertionError("execute_many answered nothing")  # pragma: no cover
+
+    def execute_many(self, requests: list[tuple[str, str]], limits: Limits) -> Iterator[ExecutionResult]:
+        """One result per ``(location, sql)`` of ``requests``, in order, as each completes.
+
+        The requests travel to the child in one message and it sends one answer per statement
+        as soon as it has it (one pipe round trip per batch, not per statement). Each statement
+        is held to its own limits as :meth:`execute` holds it: its clock starts when the child
+        finished the statement before it (the first one's when the batch was sent); past
+        ``timeout_s + kill_after`` (TIMEOUT) or ``limits.memory_mb`` of resident memory
+        (TOO_LARGE) the child is killed, and a child that dies by itself is RUNTIME; either
+        way the rest of the batch goes on in a fresh child. A resident set or a clock over its
+        limit is only held against the statement when that statement's answer had not come by
+        the time it was read (else the reading may be the next statement's: look again).
+        Closing the iterator early stops the child (no stale answers for the next call).
+        """
+        i, n = 0, len(requests)
+        while i < n:
+            t0 = time.monotonic()
+            failed = self._send(requests[i:], limits, t0)
+            if failed is not None:
+                yield failed
+                i += 1
+                continue
+            done = False
+            try:
+                for res in self._collect(n - i, limits, time.monotonic()):
+                    i += 1
+                    yield res
+                done = True
+            finally:
+                if not done and self._proc is not None and i < n:
+                    self._kill()  # abandoned mid-batch: its later answers must not be read as ours
+
+    def _send(self, batch: list[tuple[str, str]], limits: Limits, t0: float) -> ExecutionResult | None:
+        """Send ``batch`` to a running child (started or replaced as needed); a failure result
+        for the first statement when no child takes it."""
+        for attempt in range(2):  # a child that died between two batches is replaced once
             if self._proc is None or self._proc.poll() is not None:
                 self._kill()
                 try:
                     self._start()
                 except (OSError, RuntimeError, EOFError) as e:
-                    return ExecutionResult.failure(ExecStatus.UNAVAILABLE, str(e), time.perf_counter() - t0)
+                    return ExecutionResult.failure(ExecStatus.UNAVAILABLE, str(e), time.monotonic() - t0)
             try:
-                self._writer.send((location, sql, limits))
-                break
+                self._writer.send((limits, batch))
+                return None
             except OSError:
                 self._kill()
                 if attempt:
                     return ExecutionResult.failure(ExecStatus.UNAVAILABLE, f"the {self.name} engine "
-                                                   "process does not take requests", time.perf_counter() - t0)
-        t0 = time.perf_counter()
+                                                   "process does not take requests", time.monotonic() - t0)
+        return None  # pragma: no cover
+
+    def _collect(self, n: int, limits: Limits, start: float) -> Iterator[ExecutionResult]:
+        """Up to ``n`` answers of the running child; stops (child killed) after a failure."""
         hard = limits.timeout_s + kill_after(limits)
         ceiling = float(limits.memory_mb)
         pid = self._proc.pid
-        while True:
+        eof = False
+        while n:
             try:
-                if self._reader.poll(POLL_S):
-                    res = self._reader.recv()
-                    res.elapsed_s = time.perf_counter() - t0
-                    return res
+                if self._poller.poll(POLL_S * 1000):
+                    res, finished = self._reader.recv()
+                    res.elapsed_s = time.monotonic() - start
+                    start = finished  # the next statement's clock: the child went on from there
+                    n -= 1
+                    yield res
+                    continue
             except (EOFError, OSError):
-                pass
+                eof = True
             code = self._proc.poll()
             if code is not None:
                 self._kill()
-                return ExecutionResult.failure(
+                yield ExecutionResult.failure(
                     ExecStatus.RUNTIME, f"the {self.name} engine process died running this statement "
-                    f"(exit {code})", time.perf_counter() - t0)
+                    f"(exit {code})", time.monotonic() - start)
+                return
             rss = resident_mb(pid)
             self.peak_rss_mb = max(self.peak_rss_mb, rss)
-            elapsed = time.perf_counter() - t0
-            if rss > ceiling:
+            elapsed = time.monotonic() - start
+            if rss > ceiling or elapsed > hard:
+                try:
+                    if not eof and self._poller.poll(0):
+                        continue  # its answer came meanwhile: the reading may be the next one's
+                except (EOFError, OSError):
+                    eof = True
                 self._kill()
                 self.kills += 1
-                return ExecutionResult.failure(
-                    ExecStatus.TOO_LARGE, f"the statement took {rss:.0f} MiB of memory, over "
-                    f"limits.memory_mb={limits.memory_mb} (engine process stopped)", elapsed)
-            if elapsed > hard:
-                self._kill()
-                self.kills += 1
-                return ExecutionResult.failure(
-                    ExecStatus.TIMEOUT, f"interrupted after {limits.timeout_s}s: the engine did not "
-                    f"stop at its own interrupt, its process was stopped after {elapsed:.1f}s", elapsed)
+                if rss > ceiling:
+                    yield ExecutionResult.failure(
+                        ExecStatus.TOO_LARGE, f"the statement took {rss:.0f} MiB of memory, over "
+                        f"limits.memory_mb={limits.memory_mb} (engine process stopped)", elapsed)
+                else:
+                    yield ExecutionResult.failure(
+                        ExecStatus.TIMEOUT, f"interrupted after {limits.timeout_s}s: the engine did not "
+                        f"stop at its own interrupt, its process was stopped after {elapsed:.1f}s", elapsed)
+                return
 
     def close(self) -> None:
         """Stop the child (it closes its engine on the way out)."""
@@ -199,7 +256,8 @@ class ChildEngine:
 
 
 def _serve(down_fd: int, up_fd: int) -> None:
-    """The child's loop: build the engine, then answer ``(location, sql, limits)`` requests."""
+    """The child's loop: build the engine, then take ``(limits, [(location, sql), ...])``
+    batches and send ``(result, time.monotonic() when it was done)`` per statement, in order."""
     from multiprocessing.connection import Connection
 
     from polysql_ray.engines.registry import make_engine
@@ -230,14 +288,15 @@ def _serve(down_fd: int, up_fd: int) -> None:
                 return
             if req is None:
                 return
-            location, sql, limits = req
-            try:
-                res = engine.execute(location, sql, limits)
-            except MemoryError as e:
-                res = ExecutionResult.failure(ExecStatus.TOO_LARGE, f"out of memory: {e}")
-            except Exception as e:  # never let the loop die on one statement
-                res = ExecutionResult.failure(ExecStatus.RUNTIME, f"engine raised {type(e).__name__}: {e}")
-            writer.send(res)
+            limits, batch = req
+            for location, sql in batch:
+                try:
+                    res = engine.execute(location, sql, limits)
+                except MemoryError as e:
+                    res = ExecutionResult.failure(ExecStatus.TOO_LARGE, f"out of memory: {e}")
+                except Exception as e:  # never let the loop die on one statement
+                    res = ExecutionResult.failure(ExecStatus.RUNTIME, f"engine raised {type(e).__name__}: {e}")
+                writer.send((res, time.monotonic()))
     finally:
         try:
             engine.close()

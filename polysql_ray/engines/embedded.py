@@ -80,11 +80,13 @@ class EmbeddedEngine(EngineDeclaration):
     # ------------------------------------------------------------------ hooks
     def refuse(self, sql: str, location: str, limits: Limits) -> ExecutionResult | None:
         """A typed result before the database is touched, else None (module docstring, 1)."""
-        from polysql_ray.engines.guard import check_statement
+        from polysql_ray.engines.guard import check_statement, runs_unrefused
 
         too_long = limits.refuse_length(sql)
         if too_long is not None:
             return too_long
+        if runs_unrefused(sql, self.dialect):  # the guard's answer, without its tokenizer
+            return self.missing(sql, location)
         verdict = check_statement(sql, self.dialect)
         if verdict.action == "empty":
             return ExecutionResult.failure(ExecStatus.EMPTY, verdict.message)

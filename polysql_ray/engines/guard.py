@@ -137,6 +137,78 @@ def check_statement(sql: str | None, dialect: str) -> GuardVerdict:
                                   f"statements are allowed", 1)
 
 
+#: Dialects whose tokenizer makes :func:`runs_unrefused` exact (:func:`_plain_select_proven`).
+_PLAIN_SELECT: dict[str, bool] = {}
+
+
+def _plain_select_proven(dialect: str) -> bool:
+    """Whether the facts :func:`runs_unrefused` rests on hold for ``dialect``'s tokenizer:
+
+    * only the character ``;`` makes a SEMICOLON token and only ``(`` an L_PAREN token (one
+      character each: ``SINGLE_TOKENS``; no keyword has those types; no keyword, comment or
+      quote start contains ``;``);
+    * ``SELECT`` and ``WITH`` are keywords of those types, none of their letters is a single
+      token, and the keyword trie (multi-word keywords, comment and quote starts) holds no key
+      that is a prefix of ``SELECT ``/``WITH `` (whitespace folds to one space in the trie walk),
+      so the first word reaches ``_scan_var``, which ends it at the whitespace.
+    """
+    known = _PLAIN_SELECT.get(dialect)
+    if known is not None:
+        return known
+    try:
+        from sqlglot.tokens import Tokenizer
+
+        cls = Dialect.get_or_raise(dialect).tokenizer_class
+        singles = cls.SINGLE_TOKENS
+        ok = {k for k, v in singles.items() if v == TokenType.SEMICOLON} == {";"} and \
+            {k for k, v in singles.items() if v == TokenType.L_PAREN} == {"("} and \
+            not any(v in (TokenType.SEMICOLON, TokenType.L_PAREN) for v in cls.KEYWORDS.values()) and \
+            not any(";" in k for k in (*cls.KEYWORDS, *cls._COMMENTS, *cls._QUOTES, *cls._FORMAT_STRINGS))
+        for word, tt in (("SELECT", TokenType.SELECT), ("WITH", TokenType.WITH)):
+            ok = ok and cls.KEYWORDS.get(word) == tt and not any(ch in singles or ch.lower() in singles
+                                                                  for ch in word)
+            node = cls._KEYWORD_TRIE
+            for ch in word + " ":
+                node = node.get(ch) if isinstance(node, dict) else None
+                if node is None:
+                    break
+                ok = ok and 0 not in node
+            ok = ok and node is None
+        ok = ok and issubclass(cls, Tokenizer)
+    except Exception:  # noqa: BLE001 - unknown dialect or tokenizer layout: the full guard
+        ok = False
+    _PLAIN_SELECT[dialect] = ok
+    return ok
+
+
+_TRAILING = re.compile(r"[\s;]*\Z")
+
+
+def runs_unrefused(sql: str, dialect: str) -> bool:
+    """True only when :func:`check_statement` would *certainly* answer ``pass`` or ``defer``
+    (both mean "go to the engine"), found without tokenizing; False means "ask it".
+
+    It holds for text that, after leading whitespace, starts with the ASCII word ``SELECT`` or
+    ``WITH`` followed by whitespace, has ``;`` only in its trailing run of whitespace and
+    semicolons, at most :data:`MAX_NESTING` ``(`` characters, is not malformed, and carries no
+    executable comment of the dialect. Then (for a dialect where :func:`_plain_select_proven`)
+    the tokenizer either fails (``defer``) or its first token is SELECT/WITH, every SEMICOLON
+    token comes from the trailing run (so one non-empty statement), and the nesting is at most
+    the number of ``(`` characters; none of the ``reject``/``empty`` branches can be taken.
+    """
+    head = sql.lstrip()
+    word = head[:6].upper() if head[:6].isascii() else ""
+    if not ((word == "SELECT" and head[6:7].isspace()) or (word[:4] == "WITH" and head[4:5].isspace())):
+        return False
+    if not _plain_select_proven(dialect):
+        return False
+    core = sql[:_TRAILING.search(sql).start()]
+    if ";" in core or sql.count("(") > MAX_NESTING or malformed_text(sql) is not None:
+        return False
+    pattern = EXECUTABLE_COMMENT.get(dialect)
+    return pattern is None or pattern.search(sql) is None
+
+
 def nesting_depth(tokens) -> int:
     """Deepest parenthesis nesting of a token list (sqlglot tokens; no recursion, linear)."""
     depth = deepest = 0

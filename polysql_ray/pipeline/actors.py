@@ -83,6 +83,17 @@ class ExecutionActor:
         self._outage_since: float | None = None
         self.retries = 0  # executions repeated because the server was unavailable
 
+    def _replica_problem(self, location: str) -> str | None:
+        """Why the replica ``location`` is missing on this node and cannot be rebuilt, else None."""
+        if location in self._recipes and location not in self._ready:
+            from polysql_ray.replication.pernode import ensure_replica
+
+            problem = ensure_replica(location, self._recipes[location])
+            if problem is not None:
+                return problem
+            self._ready.add(location)
+        return None
+
     def _execute_one(self, location: str, sql: str) -> ExecutionResult:
         if self._points is not None:
             self._points.reach("execute")
@@ -90,13 +101,9 @@ class ExecutionActor:
             import os
 
             os._exit(134)  # as if the engine had crashed the process (SIGABRT-like status)
-        if location in self._recipes and location not in self._ready:
-            from polysql_ray.replication.pernode import ensure_replica
-
-            problem = ensure_replica(location, self._recipes[location])
-            if problem is not None:
-                return ExecutionResult.failure(ExecStatus.UNAVAILABLE, problem)
-            self._ready.add(location)
+        problem = self._replica_problem(location)
+        if problem is not None:
+            return ExecutionResult.failure(ExecStatus.UNAVAILABLE, problem)
         try:
             return self.limits.enforce(self.engine.execute(location, sql, self.limits))
         except Exception as exc:  # an engine bug must not kill the batch: keep it visible
@@ -137,12 +144,45 @@ class ExecutionActor:
         out: list[Any] = []
         engine_s = 0.0
         retries0 = self.retries
-        for location, sql in requests:
+        many = getattr(self.engine, "execute_many", None)
+        if many is not None and self._points is None and self._fault_exit_on is None and self.retry_s <= 0:
             t0 = time.perf_counter()
-            out.append(self.execute_one(location, sql))
-            engine_s += time.perf_counter() - t0
+            out = self._execute_many(many, requests)
+            engine_s = time.perf_counter() - t0
+        else:
+            for location, sql in requests:
+                t0 = time.perf_counter()
+                out.append(self.execute_one(location, sql))
+                engine_s += time.perf_counter() - t0
         out.append({"n": len(requests), "engine_s": engine_s, "retries": self.retries - retries0})
         return tuple(out)
+
+    def _execute_many(self, many, requests: list[tuple[str, str]]) -> list[ExecutionResult]:
+        """:meth:`execute_batch` through the engine's ``execute_many`` (a child process: one round
+        trip per batch), with the results :meth:`execute_one` gives: a replica that cannot be
+        rebuilt is UNAVAILABLE, every result is held to ``max_bytes``, an engine exception is
+        that statement's RUNTIME (the rest then run one by one). Only without fault points and
+        for engines without outage retries (``retry_s`` 0: embedded engines)."""
+        out: list[Any] = [None] * len(requests)
+        todo = []
+        for k, (location, _) in enumerate(requests):
+            problem = self._replica_problem(location)
+            if problem is not None:
+                out[k] = ExecutionResult.failure(ExecStatus.UNAVAILABLE, problem)
+            else:
+                todo.append(k)
+        done = 0
+        try:
+            for res in many([requests[k] for k in todo], self.limits):
+                out[todo[done]] = self.limits.enforce(res)
+                done += 1
+        except Exception as exc:  # an engine bug must not kill the batch: keep it visible
+            if done == len(todo):
+                return out
+            out[todo[done]] = ExecutionResult.failure(ExecStatus.RUNTIME, f"engine raised {type(exc).__name__}: {exc}")
+            for k in todo[done + 1:]:
+                out[k] = self.execute_one(*requests[k])
+        return out
 
     def ping(self) -> str:
         """The engine name (a readiness probe)."""
