@@ -401,6 +401,7 @@ def schedule(cfg: dict, grid: Grid, cells: list[Cell], pending: dict, feed, plan
                            if prove else None)
                     sched.wait_below(window - len(items))
                     sched.add(items, requests, job)
+                    sched.poll()  # what finished while this chunk was planned: actors never wait on planning
                 del preds, by_index
             del keys
         sched.drain()

@@ -10,7 +10,8 @@ moving through three stages, all asynchronous on Ray:
    ``pipeline.max_inflight_exec`` batches of ``pipeline.exec_batch_size`` each);
 3. **scoring**: a batch of ``pipeline.score_batch_size`` items is scored by one Arrow task as
    soon as all its executions are done (at most ``pipeline.max_inflight_score`` in flight:
-   by default one per CPU of the cluster, :func:`inflight_scores`);
+   by default one per CPU of the cluster left after the driver and the embedded engines'
+   actors, :func:`inflight_scores`);
    rows go to the results store through a writer that flushes by rows and by seconds.
 
 Memory. The driver holds at most :attr:`Scheduler.pending` items (the caller keeps it under
@@ -68,14 +69,18 @@ CRASH_ATTEMPTS = 2
 TRACKED_KEYS = 1_000_000
 
 
-def inflight_scores(setting: int | str, cluster_cpus: float) -> int:
+def inflight_scores(setting: int | str, cluster_cpus: float, busy_cores: int = 0) -> int:
     """Scoring tasks kept in flight (``pipeline.max_inflight_score``): an integer as given;
-    ``auto``: one per CPU of the cluster, at least 1. Each task in flight holds a Ray worker
-    process (~240 MiB RSS once the comparison modules are loaded, benchmarks/bench_peer.py), and
-    a scoring task is CPU-bound, so more tasks than cores add memory and no throughput.
-    Errors: ValueError for anything else (config validation names the key)."""
+    ``auto``: one per CPU of the cluster left after ``busy_cores`` (the driver and the execution
+    actors of embedded engines, each of which keeps about one core busy with its engine's child
+    process), at least 1. Each task in flight holds a Ray worker process (~230 MiB RSS once the
+    comparison modules are loaded), and a scoring task is CPU-bound, so tasks beyond the free
+    cores add memory and no throughput: on 2 CPUs with one SQLite actor, one scorer instead of
+    two kept the realistic sweep's wall within 4% and its tree 230 MiB smaller
+    (benchmarks/bench_realistic.py). Errors: ValueError for anything else (config validation
+    names the key)."""
     if str(setting) == "auto":
-        return max(1, int(round(cluster_cpus)))
+        return max(1, int(round(cluster_cpus)) - int(busy_cores))
     n = int(setting)
     if n < 1:
         raise ValueError(f"pipeline.max_inflight_score must be auto or >= 1 (got {setting!r})")
@@ -160,8 +165,9 @@ class Scheduler:
         self._ran: set[int] = set()  # hashes of the exec keys run so far (_note_run)
         self.exec_bs, self.score_bs = int(pcfg["exec_batch_size"]), int(pcfg["score_batch_size"])
         self.max_exec = int(pcfg["max_inflight_exec"])
-        self.max_score = inflight_scores(pcfg.get("max_inflight_score", "auto"),
-                                         float(ray.cluster_resources().get("CPU", 1.0)))
+        self._score_setting = pcfg.get("max_inflight_score", "auto")
+        self._cluster_cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        self.max_score = inflight_scores(self._score_setting, self._cluster_cpus, 1)  # the driver's core
         self.score_cpus = float(pcfg.get("score_num_cpus", 0.25))
         self.limits = dict(cfg["limits"])
         self.cache_size = max(0, int(pcfg.get("exec_cache_size", 20_000)))
@@ -292,6 +298,11 @@ class Scheduler:
                                for _ in range(n)]
         if self._check_fits is not None:
             self._check_fits(self.cfg, sorted(self.actors))
+        from polysql_ray.engines.registry import engine_class
+
+        embedded = sum(len(pool) for name, pool in self.actors.items()
+                       if getattr(engine_class(name), "embedded", False))
+        self.max_score = inflight_scores(self._score_setting, self._cluster_cpus, 1 + embedded)
         self.ptasks[engine] = self.progress.add(f"execute [{engine}]", 0)
 
     # -- driving ---------------------------------------------------------------------------
@@ -313,11 +324,20 @@ class Scheduler:
 
     def step(self, timeout: float = 5.0) -> None:
         """Wait for one execution, proof or scoring task to finish and handle what finished."""
+        self._step(1, timeout)
+
+    def poll(self) -> None:
+        """Handle every execution, proof or scoring task already finished, without waiting: the
+        driver calls it between the chunks it plans, so that while it plans (the prediction
+        analysis is most of its CPU) the actors get new batches and finished ones are scored."""
+        self._step(None, 0)
+
+    def _step(self, n: int | None, timeout: float) -> None:
         self._pump()
         waitable = list(self.exec_inflight) + list(self.score_inflight) + list(self.proving)
         if not waitable:
             return
-        done, _ = ray.wait(waitable, num_returns=1, timeout=timeout)
+        done, _ = ray.wait(waitable, num_returns=n or len(waitable), timeout=timeout)
         for ref in done:
             if ref in self.exec_inflight:
                 self._exec_done(ref)
