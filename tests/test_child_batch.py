@@ -121,23 +121,45 @@ def test_hard_deadline_mid_batch_is_its_own_timeout(db):
         eng.close()
 
 
-def test_child_dying_mid_batch_is_runtime_for_that_statement(db):
-    from polysql_ray.engines.child import ChildEngine
+def test_child_dying_mid_batch_runs_that_statement_again(db):
+    """The child is killed from outside once the first answer is in, while it runs the second
+    statement: that statement runs again in a fresh child and answers (one death is not its
+    failure); killed there too, it is ``runtime``; the statement after it answers either way."""
+    from polysql_ray.engines.child import CHILD_DEATHS, ChildEngine
 
-    eng = ChildEngine("sqlite", {})
-    try:
-        assert_canary(eng.execute(db, canary(0)[0], LIMITS), 0)
-        after_first_answer(eng, lambda pid: os.kill(pid, signal.SIGKILL))
-        pid = eng.pid
-        results = list(eng.execute_many([(db, canary(1)[0]), (db, FOREVER), (db, canary(2)[0])],
-                                        Limits(timeout_s=600)))
-        assert_canary(results[0], 1)
-        assert results[1].status is S.RUNTIME and "died running this statement" in results[1].error, \
-            (results[1].status, results[1].error)
-        assert_canary(results[2], 2)
-        assert eng.pid not in (None, pid)
-    finally:
-        eng.close()
+    slow = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 200000) "
+            "SELECT count(*) FROM r")
+    for deaths, doomed in ((1, slow), (CHILD_DEATHS, FOREVER)):
+        eng = ChildEngine("sqlite", {})
+        try:
+            assert_canary(eng.execute(db, canary(0)[0], LIMITS), 0)
+            after_first_answer(eng, lambda pid: os.kill(pid, signal.SIGKILL))
+            pid = eng.pid
+            if deaths > 1:  # the fresh children that get it again die too, before answering
+                real, killed = eng._send, []
+
+                def send(batch, limits, t0, real=real, killed=killed):
+                    out = real(batch, limits, t0)
+                    if out is None and batch[0][1] == FOREVER and len(killed) < deaths - 1:
+                        killed.append(eng.pid)
+                        os.kill(eng.pid, signal.SIGKILL)
+                    return out
+                eng._send = send
+            results = list(eng.execute_many([(db, canary(1)[0]), (db, doomed), (db, canary(2)[0])],
+                                            Limits(timeout_s=600)))
+            assert len(results) == 3
+            assert_canary(results[0], 1)
+            if deaths == 1:
+                assert results[1].ok and results[1].table.column(0)[0].as_py() == 200000, \
+                    (results[1].status, results[1].error)
+            else:
+                assert results[1].status is S.RUNTIME and \
+                    f"died running this statement {CHILD_DEATHS} times" in results[1].error, \
+                    (results[1].status, results[1].error)
+            assert_canary(results[2], 2)
+            assert eng.pid not in (None, pid)
+        finally:
+            eng.close()
 
 
 def test_abandoned_batch_leaves_no_stale_answer(db):

@@ -125,35 +125,65 @@ def test_sqlite_engine_limits_in_process(tmp_path):
             con.execute("PRAGMA hard_heap_limit=0")
 
 
-def test_child_killed_mid_statement_is_runtime_and_replaced(tmp_path):
-    """A child that dies by itself (signal at a named point: while it runs a long statement)
-    gives ``runtime`` for that statement and a fresh child for the next one."""
+def _kill_when_sent(eng, sql: str, times: int) -> list[int]:
+    """Named point: SIGKILL the child right after a batch starting with ``sql`` is sent to it
+    (before it can answer), the first ``times`` times; returns the pids killed."""
     import os
     import signal
-    import threading
 
+    real, killed = eng._send, []
+
+    def send_then_kill(batch, limits, t0):
+        out = real(batch, limits, t0)
+        if out is None and batch[0][1] == sql and len(killed) < times:
+            killed.append(eng.pid)
+            os.kill(eng.pid, signal.SIGKILL)
+        return out
+
+    eng._send = send_then_kill
+    return killed
+
+
+def test_child_killed_twice_mid_statement_is_runtime_and_replaced(tmp_path):
+    """A statement whose child dies by itself (a crash, or a kill from outside) runs again in a
+    fresh child; dying there too (``CHILD_DEATHS``) makes it ``runtime``, with both exit codes,
+    and the next statement gets a fresh child."""
+    from polysql_ray.engines.child import CHILD_DEATHS, ChildEngine
+
+    src = tmp_path / "concert_singer.sqlite"
+    shutil.copy(SOURCE, src)
+    runaway = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
+    eng = ChildEngine("sqlite", {})
+    try:
+        assert eng.execute(str(src), CANARY[0], CANARY_LIMITS).ok
+        killed = _kill_when_sent(eng, runaway, CHILD_DEATHS)
+        res = eng.execute(str(src), runaway, Limits(timeout_s=600))
+        assert res.status is S.RUNTIME, (res.status, res.error)
+        assert f"died running this statement {CHILD_DEATHS} times" in res.error and "exit -9, exit -9" in res.error
+        assert len(set(killed)) == CHILD_DEATHS
+        again = eng.execute(str(src), CANARY[0], CANARY_LIMITS)
+        assert again.ok and eng.pid not in (None, *killed)
+    finally:
+        eng.close()
+
+
+def test_child_killed_once_is_not_the_statements_failure(tmp_path):
+    """One death of the child (the OOM killer, an operator's kill -9) proves nothing about the
+    statement: it runs again in a fresh child and gets its own result (infrastructure trouble
+    is never a verdict)."""
     from polysql_ray.engines.child import ChildEngine
 
     src = tmp_path / "concert_singer.sqlite"
     shutil.copy(SOURCE, src)
+    slow = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 300000) "
+            "SELECT count(*) FROM r")
     eng = ChildEngine("sqlite", {})
     try:
-        assert eng.execute(str(src), CANARY[0], CANARY_LIMITS).ok
-        pid = eng.pid
-        sent = threading.Event()
-        real_send = eng._writer.send
-
-        def send_then_kill(obj):  # the named point: the request is on its way
-            real_send(obj)
-            if not sent.is_set():
-                sent.set()
-                os.kill(pid, signal.SIGKILL)
-
-        eng._writer.send = send_then_kill
-        res = eng.execute(str(src), "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) "
-                                    "SELECT count(*) FROM r", Limits(timeout_s=600))
-        assert res.status is S.RUNTIME and "died" in res.error, (res.status, res.error)
+        killed = _kill_when_sent(eng, slow, 1)
+        res = eng.execute(str(src), slow, Limits(timeout_s=600))
+        assert res.ok and res.table.column(0)[0].as_py() == 300000, (res.status, res.error)
+        assert len(killed) == 1
         again = eng.execute(str(src), CANARY[0], CANARY_LIMITS)
-        assert again.ok and eng.pid not in (None, pid)
+        assert again.ok and eng.pid not in (None, killed[0])
     finally:
         eng.close()

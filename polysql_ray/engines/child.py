@@ -20,8 +20,11 @@ stopped, so the execution actor runs its engine in a child process (:class:`Chil
 * while waiting it reads the child's resident set (``/proc/<pid>/statm``) every
   :data:`POLL_S` seconds; past ``limits.memory_mb`` it kills the child: ``too_large``, the
   statement's own, never a dead actor;
-* a child that dies by itself (a crash inside the engine) is ``runtime`` with its exit code;
-  the next statement starts a fresh child (replicas are re-opened there).
+* a child that dies by itself (a crash inside the engine, or a kill from outside: the OOM
+  killer, an operator) is replaced and the statement runs again in the fresh child (replicas
+  are re-opened there); only a statement whose child dies :data:`CHILD_DEATHS` times is
+  ``runtime``, with the exit codes (one death proves nothing about the statement: the rule of
+  the execution actors, whose death is retried by Ray).
 
 The engine declaration (facts such as ``name``, ``dialect``, ``transient_unavailable``) is
 read from the engine class, so the parent never imports the engine's driver.
@@ -43,6 +46,16 @@ POLL_S = 0.02
 MAX_KILL_AFTER_S = 30.0
 #: Seconds a fresh child may take to build its engine and say it is ready.
 START_S = 120.0
+#: Deaths of its child, each in a fresh one, after which a statement is ``runtime`` (its own).
+CHILD_DEATHS = 2
+
+
+class _ChildDied(Exception):
+    """The child died by itself while it ran a statement (:meth:`ChildEngine._collect`)."""
+
+    def __init__(self, code: int, elapsed: float) -> None:
+        super().__init__(code)
+        self.code, self.elapsed = code, elapsed
 
 
 def kill_after(limits: Limits) -> float:
@@ -139,7 +152,8 @@ class ChildEngine:
     # ------------------------------------------------------------------ Engine
     def execute(self, location: str, sql: str, limits: Limits) -> ExecutionResult:
         """Run in the child; TIMEOUT past ``timeout_s + kill_after``, TOO_LARGE past
-        ``limits.memory_mb`` of resident memory, RUNTIME when the child died by itself."""
+        ``limits.memory_mb`` of resident memory, RUNTIME when the child died by itself
+        :data:`CHILD_DEATHS` times running it (each time in a fresh child)."""
         for res in self.execute_many([(location, sql)], limits):
             return res
         raise AssertionError("execute_many answered nothing")  # pragma: no cover
@@ -152,26 +166,37 @@ class ChildEngine:
         is held to its own limits as :meth:`execute` holds it: its clock starts when the child
         finished the statement before it (the first one's when the batch was sent); past
         ``timeout_s + kill_after`` (TIMEOUT) or ``limits.memory_mb`` of resident memory
-        (TOO_LARGE) the child is killed, and a child that dies by itself is RUNTIME; either
-        way the rest of the batch goes on in a fresh child. A resident set or a clock over its
+        (TOO_LARGE) the child is killed; a child that dies by itself is replaced and the
+        statement runs again, RUNTIME once it died :data:`CHILD_DEATHS` times; either way the
+        rest of the batch goes on in a fresh child. A resident set or a clock over its
         limit is only held against the statement when that statement's answer had not come by
         the time it was read (else the reading may be the next statement's: look again).
         Closing the iterator early stops the child (no stale answers for the next call).
         """
         i, n = 0, len(requests)
+        deaths: list[int] = []  # exit codes of the children that died running statement i
         while i < n:
             t0 = time.monotonic()
             failed = self._send(requests[i:], limits, t0)
             if failed is not None:
                 yield failed
-                i += 1
+                i, deaths = i + 1, []
                 continue
             done = False
             try:
                 for res in self._collect(n - i, limits, time.monotonic()):
-                    i += 1
+                    i, deaths = i + 1, []
                     yield res
                 done = True
+            except _ChildDied as died:
+                done = True  # the child is gone: nothing stale can be read
+                deaths.append(died.code)
+                if len(deaths) >= CHILD_DEATHS:
+                    codes = ", ".join(f"exit {c}" for c in deaths)
+                    i, deaths = i + 1, []
+                    yield ExecutionResult.failure(
+                        ExecStatus.RUNTIME, f"the {self.name} engine process died running this statement "
+                        f"{CHILD_DEATHS} times, each in a fresh process ({codes})", died.elapsed)
             finally:
                 if not done and self._proc is not None and i < n:
                     self._kill()  # abandoned mid-batch: its later answers must not be read as ours
@@ -197,7 +222,8 @@ class ChildEngine:
         return None  # pragma: no cover
 
     def _collect(self, n: int, limits: Limits, start: float) -> Iterator[ExecutionResult]:
-        """Up to ``n`` answers of the running child; stops (child killed) after a failure."""
+        """Up to ``n`` answers of the running child; stops (child killed) after a failure, and
+        raises :class:`_ChildDied` when the child died by itself."""
         hard = limits.timeout_s + kill_after(limits)
         ceiling = float(limits.memory_mb)
         pid = self._proc.pid
@@ -216,10 +242,7 @@ class ChildEngine:
             code = self._proc.poll()
             if code is not None:
                 self._kill()
-                yield ExecutionResult.failure(
-                    ExecStatus.RUNTIME, f"the {self.name} engine process died running this statement "
-                    f"(exit {code})", time.monotonic() - start)
-                return
+                raise _ChildDied(code, time.monotonic() - start)
             rss = resident_mb(pid)
             self.peak_rss_mb = max(self.peak_rss_mb, rss)
             elapsed = time.monotonic() - start
