@@ -154,6 +154,19 @@ def test_replay_jsonl_malformed(tmp_path, line, pattern):
         ReplayGenerator("m", f, format="jsonl")
 
 
+@pytest.mark.parametrize("name", ["p.jsonl", "p.txt"])
+def test_replay_broken_first_jsonl_line_is_reported_not_read_as_sql(tmp_path, name):
+    """format auto: a JSONL file whose first line is broken was read as one SQL per line, every
+    JSON line scored as SQL (EX 0, exit 0); it is JSONL by its name or its leading ``{``."""
+    f = tmp_path / name
+    f.write_text('{"question_id": "q0", "pred_sql": "SELECT 1"\n{"question_id": "q1", "pred_sql": "SELECT 2"}\n')
+    with pytest.raises(ReplayError, match=r"line 1: invalid JSON"):
+        ReplayGenerator("m", f)
+    f.write_text("SELECT 1\n{not sql}\n")  # a lines file is still one by its first line
+    if name.endswith(".txt"):
+        assert ReplayGenerator("m", f).format == "lines"
+
+
 def test_replay_duplicate_jsonl_row(tmp_path):
     f = tmp_path / "p.jsonl"
     f.write_text('{"question_id": "q0", "sql": "a"}\n{"question_id": "q0", "sql": "b"}\n')

@@ -1,6 +1,7 @@
 """Replay generator: predicted SQL read from a file instead of a model.
 
-Two formats (``format: auto`` picks JSONL when the first non-blank line is a JSON object):
+Two formats (``format: auto`` picks JSONL for a ``.jsonl`` file or when the first non-blank
+line starts with ``{``):
 
 * ``lines`` -- one SQL per line in dataset order (the Spider/BIRD submission format, e.g.
   ``../shared/data/predictions/spider_dev/*.sql``). Line ``i`` answers the example at
@@ -226,17 +227,15 @@ def resolve_path(predictions: str | Path) -> Path:
 
 
 def _sniff(text: str, path: Path) -> str:
-    """``jsonl`` when the first non-blank line parses as a JSON object, else ``lines``."""
+    """``jsonl`` for a ``.jsonl`` file or when the first non-blank line starts with ``{`` (no
+    SQL statement does), else ``lines``. A broken JSON line is then reported with its number
+    (:func:`_parse_jsonl`) instead of the whole file being scored as one SQL per line."""
+    if path.suffix == ".jsonl":
+        return "jsonl"
     for line in text.split("\n"):
         if line.strip():
-            s = line.strip()
-            if s.startswith("{"):
-                try:
-                    return "jsonl" if isinstance(json.loads(s), dict) else "lines"
-                except json.JSONDecodeError:
-                    return "lines"
-            return "lines"
-    return "jsonl" if path.suffix == ".jsonl" else "lines"
+            return "jsonl" if line.strip().startswith("{") else "lines"
+    return "lines"
 
 
 def _split_lines(text: str) -> list[str]:
