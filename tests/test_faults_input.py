@@ -27,6 +27,8 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     ("limits.timeout_s=-1", "limits.timeout_s must be a positive number"),
     ("limits.timeout_s=.inf", "limits.timeout_s must be a positive number"),
     ("limits.row_cap=0", "limits.row_cap must be a positive number"),
+    # below an engine process's own footprint every statement, gold included, was too_large (exit 0)
+    ("limits.memory_mb=1", "limits.memory_mb must be at least 256 (MiB; got 1)"),
     ("pipeline.structural_check=prov", "pipeline.structural_check='prov' is not one of"),
     ("+engines.postgres.password=hunter2", "engines.postgres.password must not hold a password"),
     ("engines.duckdb.actors=0", "engines.duckdb.actors must be auto or a whole number >= 1 (got 0)"),

@@ -34,6 +34,11 @@ class ExecStatus(str, enum.Enum):
     EMPTY = "empty"            # no SQL to run (generator produced nothing)
 
 
+#: Lowest ``limits.memory_mb`` accepted: the SQLite child peaks at about 150 MiB on Spider
+#: (benchmarks/bench_realistic.py), 70 MiB of it before any statement.
+MIN_MEMORY_MB = 256
+
+
 @dataclass(frozen=True)
 class Limits:
     """Per-query sandbox limits.
@@ -50,7 +55,8 @@ class Limits:
             engine runs in its execution actor's child process (``engines/child.py``), which is
             stopped past this resident set and the statement is ``too_large`` (the actor lives).
 
-    Raises ValueError (naming ``limits.<field>``) for a non-positive or non-finite value.
+    Raises ValueError (naming ``limits.<field>``) for a non-positive or non-finite value, and
+    for ``memory_mb`` below :data:`MIN_MEMORY_MB`.
     """
 
     timeout_s: float = 30.0
@@ -70,6 +76,10 @@ class Limits:
             if not ok:
                 raise ValueError(f"limits.{name} must be a positive number (got {value!r}); "
                                  f"set limits.{name}=<{'seconds' if name == 'timeout_s' else 'count'}>")
+        if self.memory_mb < MIN_MEMORY_MB:
+            raise ValueError(f"limits.memory_mb must be at least {MIN_MEMORY_MB} (MiB; got {self.memory_mb!r}): "
+                             f"an embedded engine's process holds 70-150 MiB before any statement, so a "
+                             f"lower ceiling stops every statement, gold included")
 
     def fingerprint(self) -> str:
         """Identity of the limits (part of every results-store cell key: a different timeout
