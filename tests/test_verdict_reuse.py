@@ -11,7 +11,7 @@ import duckdb
 
 from polysql_ray.config import compose
 from polysql_ray.pipeline.driver import run
-from polysql_ray.pipeline.scheduler import VERDICT_COLUMNS, verdict_signature
+from polysql_ray.pipeline.scheduler import VERDICT_COLUMNS, policy_key, verdict_signature
 
 QUICKSTART = Path(__file__).parents[1] / "polysql_ray/quickstart/data"
 
@@ -93,10 +93,10 @@ def test_a_signature_names_the_execution_results_not_their_sql(ray_session):
     item = WorkItem("k", cell, ex, Prediction("q1", "SELECT 1", GenStatus.OK), "g", None, "p")
     first = {"g": ray.put(1), "p": ray.put(2)}
     again = {"g": first["g"], "p": ray.put(2)}
-    policy = ComparisonPolicy()
-    assert verdict_signature(item, first, policy) == verdict_signature(item, dict(first), ComparisonPolicy())
+    policy = policy_key(ComparisonPolicy())
+    assert verdict_signature(item, first, policy) == verdict_signature(item, dict(first), policy_key(ComparisonPolicy()))
     assert verdict_signature(item, first, policy) != verdict_signature(item, again, policy)
     # another rule under the same name, or the same rules under another name (the row's column)
     for other in (ComparisonPolicy(order="list"), ComparisonPolicy(name="renamed")):
-        assert verdict_signature(item, first, policy) != verdict_signature(item, first, other)
+        assert verdict_signature(item, first, policy) != verdict_signature(item, first, policy_key(other))
     assert verdict_signature(item, {"g": first["g"]}, policy) is None  # a result not at hand: scored
