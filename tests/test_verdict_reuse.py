@@ -100,3 +100,9 @@ def test_a_signature_names_the_execution_results_not_their_sql(ray_session):
     for other in (ComparisonPolicy(order="list"), ComparisonPolicy(name="renamed")):
         assert verdict_signature(item, first, policy) != verdict_signature(item, first, policy_key(other))
     assert verdict_signature(item, {"g": first["g"]}, policy) is None  # a result not at hand: scored
+    # a huge prediction is named by length and digest, not kept whole in the LRU; still exact
+    big = WorkItem("k", cell, ex, Prediction("q1", "SELECT 1" + " " * 100_000, GenStatus.OK), "g", None, "p")
+    big2 = WorkItem("k", cell, ex, Prediction("q1", "SELECT 2" + " " * 100_000, GenStatus.OK), "g", None, "p")
+    sig = verdict_signature(big, first, policy)
+    assert sig == verdict_signature(big, first, policy) != verdict_signature(big2, first, policy)
+    assert all(not (isinstance(v, str) and len(v) > 100_000) for v in sig)

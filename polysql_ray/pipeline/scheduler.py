@@ -589,7 +589,21 @@ def verdict_signature(it: WorkItem, refs: dict, policy: tuple[str, str]) -> tupl
         return None
     return (cell.dataset, ex.question_id, ex.db_id, ex.gold_sql, ex.gold_dialect, ex.gold_error,
             tuple(ex.extra.get("flags", ())), ex.source_engine, cell.target_engine, *policy,
-            str(pred.status), pred.pred_sql, it.structural, ids)
+            str(pred.status), _text_key(pred.pred_sql), it.structural, ids)
+
+
+#: Predicted SQL longer than this is named in a signature by its length and SHA-256, so the LRU
+#: of verdicts never holds a generator's megabytes of text (its rows are stored cut anyway).
+SIGNATURE_TEXT_CHARS = 4096
+
+
+def _text_key(sql: str | None):
+    """``sql`` itself, or ``(length, sha256)`` past :data:`SIGNATURE_TEXT_CHARS` characters."""
+    if sql is None or len(sql) <= SIGNATURE_TEXT_CHARS:
+        return sql
+    import hashlib
+
+    return (len(sql), hashlib.sha256(sql.encode("utf-8", "surrogatepass")).hexdigest())
 
 
 def _count_unavailable(table, stats) -> None:
