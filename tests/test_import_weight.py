@@ -69,3 +69,20 @@ def test_driver_loads_duckdb_only_for_the_ex_table(module):
     # the EX table (DuckDB) is built after the run's own cluster is shut down: duckdb (~37 MiB
     # RSS) is not in the driver while its workers are alive
     assert _loaded(module, ("duckdb",)) == []
+
+
+def test_run_processes_answer_pyarrows_look_for_pandas_without_importing_it():
+    # pyarrow's first conversion of Python values imports pandas (~41 MiB RSS, 0.3-0.5 s) in
+    # each process of a run; arrow_without_pandas answers that look with "not installed", and an
+    # explicit to_pandas() still works
+    code = ("import sys, pyarrow as pa, pyarrow.compute as pc; from polysql_ray.lazy import arrow_without_pandas; "
+            "arrow_without_pandas(); t = pa.Table.from_pylist([{'v': 'a', 'n': 1}]); "
+            "pc.equal(t.column('v'), 'a'); pa.array([1, None]); t.to_pylist(); "
+            "print('pandas' in sys.modules, end=' '); print(type(t.to_pandas()).__name__)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["False", "DataFrame"]
+    # without it, the same conversions import pandas: the check can fail
+    plain = code.replace("arrow_without_pandas(); ", "")
+    out = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["True", "DataFrame"]

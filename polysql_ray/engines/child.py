@@ -284,8 +284,11 @@ def _serve(down_fd: int, up_fd: int) -> None:
     from multiprocessing.connection import Connection
 
     from polysql_ray.engines.registry import make_engine
+    from polysql_ray.lazy import arrow_without_pandas
 
     import threading
+
+    arrow_without_pandas()  # this process is ours: pyarrow's look for pandas costs 41 MiB here
 
     parent = os.getppid()
 

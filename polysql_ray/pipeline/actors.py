@@ -61,7 +61,9 @@ class ExecutionActor:
 
     def __init__(self, engine: str, settings: dict, limits: dict, retry_s: float = 120.0) -> None:
         from polysql_ray.engines.registry import engine_class, make_engine
+        from polysql_ray.lazy import arrow_without_pandas
 
+        arrow_without_pandas()  # a Ray worker of the run (polysql_ray.lazy)
         settings = dict(settings)
         self._fault_exit_on = settings.pop("_fault_exit_on", None)
         folder = settings.pop("_fault_points", None)
@@ -215,7 +217,9 @@ def score_batch(items: list[dict], result_refs: list, policy) -> pa.Table:
     ``pred_error`` (:func:`polysql_ray.comparison.verdict.scoring_error`); the batch goes on.
     """
     from polysql_ray.comparison.normalize import canonical_scope
+    from polysql_ray.lazy import arrow_without_pandas
 
+    arrow_without_pandas()  # a Ray worker of the run: once per process (polysql_ray.lazy)
     results = ray.get(list(result_refs)) if result_refs else []
     now = dt.datetime.now(dt.timezone.utc)
     rows = []

@@ -351,6 +351,9 @@ def suite_score(job: SuiteJob, keys: list[str], result_refs: list, policy) -> pa
     Returns: the table with ``suite_verdict``/``suite_failed_db``/``suite_reason``/
     ``suite_flags``/``suite_dbs`` set on every row of ``job.metas``.
     """
+    from polysql_ray.lazy import arrow_without_pandas
+
+    arrow_without_pandas()  # a Ray worker of the run (polysql_ray.lazy)
     results = dict(zip(keys, ray.get(list(result_refs)) if result_refs else []))
     table = job.table
     cols = {c: table.column(c).to_pylist() for c in ("suite_verdict", "suite_failed_db", "suite_reason",
