@@ -195,3 +195,37 @@ def test_result_passed_on_keeps_its_ipc_bytes_exactly():
     assert second.table.column_names == ["id", "id", "v"]
     first.table = pa.table({"n": [7]})
     assert pickle.loads(pickle.dumps(first)).table.to_pylist() == [{"n": 7}]
+
+
+def test_result_passed_on_is_held_to_max_bytes_without_decoding():
+    """The actor only checks a child's answer against ``max_bytes`` and passes it on: the check
+    uses the size the child measured, so the Arrow bytes are decoded only where the table is read
+    (the scoring worker), and the verdict of the check is the one the table itself gives."""
+    import pickle
+
+    from polysql_ray.engines.base import ExecutionResult
+    from polysql_ray.engines.sqlite import rows_to_table
+
+    table = rows_to_table(["name", "n"], [("x" * 40, k) for k in range(50)])
+    arrived = pickle.loads(pickle.dumps(ExecutionResult(S.OK, table)))
+    assert arrived.nbytes == table.nbytes
+    assert Limits(max_bytes=table.nbytes).enforce(arrived) is arrived
+    too_big = Limits(max_bytes=table.nbytes - 1).enforce(arrived)
+    assert too_big.status is S.TOO_LARGE and str(table.nbytes) in too_big.error
+    assert arrived._table is None  # nothing above read the table
+    passed_on = pickle.loads(pickle.dumps(arrived))
+    assert arrived._table is None and passed_on.nbytes == table.nbytes
+    assert passed_on == ExecutionResult(S.OK, table) and passed_on.table.equals(table)
+
+
+def test_child_answer_reaches_the_actor_undecoded(db):
+    from polysql_ray.engines.child import ChildEngine
+
+    eng = ChildEngine("sqlite", {})
+    try:
+        res = eng.execute(db, "SELECT name, age FROM singer ORDER BY age LIMIT 3", LIMITS)
+        assert res.ok and res._table is None and res.nbytes > 0
+        assert LIMITS.enforce(res) is res and res._table is None
+        assert res.table.num_rows == 3 and [c.lower() for c in res.table.column_names] == ["name", "age"]
+    finally:
+        eng.close()

@@ -100,9 +100,10 @@ class Limits:
 
     def enforce(self, result: "ExecutionResult") -> "ExecutionResult":
         """``result``, or ``too_large`` when its table exceeds :attr:`max_bytes`."""
-        if result.table is not None and result.table.nbytes > self.max_bytes:
+        nbytes = result.nbytes
+        if nbytes > self.max_bytes:
             return ExecutionResult.failure(
-                ExecStatus.TOO_LARGE, f"result set of {result.table.nbytes} bytes exceeds "
+                ExecStatus.TOO_LARGE, f"result set of {nbytes} bytes exceeds "
                 f"limits.max_bytes={self.max_bytes}", result.elapsed_s)
         return result
 
@@ -129,20 +130,23 @@ class ExecutionResult:
         """True when the statement ran and ``table`` holds its result set."""
         return self.status is ExecStatus.OK
 
+    @property
+    def nbytes(self) -> int:
+        """Size of the result set's Arrow buffers in bytes (``pa.Table.nbytes``; 0 without a
+        table): what :meth:`Limits.enforce` holds to ``max_bytes``."""
+        return self.table.nbytes if self.table is not None else 0
+
     def __reduce__(self):
         # Ship the table as Arrow IPC: exact (types, duplicate column names, unions) and
         # independent of Ray's own Arrow reducer, which looks columns up by *name* and fails on
         # results such as ``SELECT T1.id, T2.id`` (two columns named ``id``).
         blob = None
-        cached = self.__dict__.get("_ipc")  # (table, blob) of a result that came as IPC: the
-        if cached is not None and cached[0] is self.table:  # same bytes, not written again
-            blob = cached[1]
-        elif self.table is not None:
+        if self.table is not None:
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, self.table.schema) as writer:
                 writer.write_table(self.table)
             blob = sink.getvalue()
-        return _restore_result, (self.status.value, blob, self.error, self.elapsed_s)
+        return _restore_result, (self.status.value, blob, self.error, self.elapsed_s, self.nbytes)
 
     @classmethod
     def failure(cls, status: ExecStatus, error: str, elapsed_s: float = 0.0) -> "ExecutionResult":
@@ -150,12 +154,51 @@ class ExecutionResult:
         return cls(status=status, table=None, error=(error or "")[:2000], elapsed_s=elapsed_s)
 
 
-def _restore_result(status: str, blob, error: str | None, elapsed_s: float) -> "ExecutionResult":
-    table = pa.ipc.open_stream(blob).read_all() if blob is not None else None
-    res = ExecutionResult(ExecStatus(status), table, error, elapsed_s)
-    if table is not None:  # the table's buffers live in ``blob`` anyway: keep it for the next hop
-        res.__dict__["_ipc"] = (table, blob)  # (the execution actor passes results on unchanged)
-    return res
+class _ArrivedResult(ExecutionResult):
+    """A result that arrived as Arrow IPC bytes (from the engine child over its pipe, or from
+    Ray): the bytes are decoded on the first read of ``table``, and shipped on unchanged while
+    ``table`` is not replaced, so the execution actor, which only checks ``nbytes`` (the size the
+    sender measured) and passes results on, never decodes or re-encodes one."""
+
+    def __init__(self, status: ExecStatus, blob, error: str | None, elapsed_s: float, nbytes: int | None):
+        self.status, self.error, self.elapsed_s = status, error, elapsed_s
+        self._blob, self._table, self._nbytes = blob, None, nbytes
+
+    @property
+    def table(self):  # noqa: D401 - the dataclass field of the base class, decoded on first read
+        if self._table is None and self._blob is not None:
+            self._table = pa.ipc.open_stream(self._blob).read_all()
+        return self._table
+
+    @table.setter
+    def table(self, value) -> None:
+        self._table, self._blob, self._nbytes = value, None, None
+
+    @property
+    def nbytes(self) -> int:
+        if self._nbytes is None:
+            self._nbytes = self.table.nbytes if self.table is not None else 0
+        return self._nbytes
+
+    def __eq__(self, other):
+        if not isinstance(other, ExecutionResult):
+            return NotImplemented
+        return (self.status, self.table, self.error, self.elapsed_s) == \
+            (other.status, other.table, other.error, other.elapsed_s)
+
+    __hash__ = None
+
+    def __reduce__(self):
+        if self._blob is None:
+            return super().__reduce__()
+        return _restore_result, (self.status.value, self._blob, self.error, self.elapsed_s, self._nbytes)
+
+
+def _restore_result(status: str, blob, error: str | None, elapsed_s: float,
+                    nbytes: int | None = None) -> "ExecutionResult":
+    if blob is None:
+        return ExecutionResult(ExecStatus(status), None, error, elapsed_s)
+    return _ArrivedResult(ExecStatus(status), blob, error, elapsed_s, nbytes)
 
 
 @runtime_checkable
