@@ -4,7 +4,10 @@ Like ``bench_peer.py`` (whose whole-tree measurement it uses: wall, CPU of the t
 and PSS at the peak, the largest process), but on 21 *distinct* prediction sets with real
 models' failure mix (:mod:`realistic_sets`: the four shared sets, SpiderMan's MySQL gold
 replayed on SQLite, and 16 deterministic mutations), over the 972 Spider dev questions whose
-database the mirror has. Printed before the table: items, executions requested (gold +
+database the mirror has; ``--with-wta-1`` adds the other 62 (all 1,034, as a measurement on the
+full release has them) on :func:`realistic_sets.build_wta_1`, real players and matches with a
+synthesized half-million-row ``rankings``: a sweep where SQLite execution, not scoring, is the
+long pole. Printed before the table: items, executions requested (gold +
 prediction per item, what the peer runs), unique executions (distinct ``(db_id, SQL)`` after
 whitespace folding: what a cache can at best save), and per contender the failing share (items
 not ``pass``). After each run of ours: per-item scoring cost by verdict (``score_s`` of the
@@ -13,7 +16,7 @@ seconds from the process start). Runs are paired: in each repeat every contender
 one after the other, with the load average printed beside it.
 
     python benchmarks/bench_realistic.py --peer /tmp/test-suite-sql-eval --peer-python PY \
-        [--baseline REF] [--variant OVERRIDES ...] [--repeats 2] [-- overrides for all of ours]
+        [--baseline REF] [--variant OVERRIDES ...] [--repeats 2] [--with-wta-1] [-- overrides for all of ours]
 
 Nothing of the peer is part of this project: check it out anywhere outside the repository.
 """
@@ -148,6 +151,8 @@ def main() -> None:
     ap.add_argument("--sample-s", type=float, default=0.2)
     ap.add_argument("--shared", default=os.environ.get("POLYSQL_SHARED", str(REPO.parent / "shared")))
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--with-wta-1", action="store_true", help="all 1,034 questions: wta_1 (missing from the "
+                                                               "mirror) on the stand-in of realistic_sets.build_wta_1")
     args, extra = ap.parse_known_args()
     sys.stdout.reconfigure(line_buffering=True)
     extra = [e for e in extra if e != "--"]
@@ -156,6 +161,9 @@ def main() -> None:
     shared = Path(args.shared).resolve()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="polysql-bench-realistic-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.with_wta_1:
+        shared = realistic_sets.shared_with_wta_1(shared, work)
+        args.shared = str(shared)
     keep, db_ids = bp.spider_subset(shared)
     sets = realistic_sets.build(shared, work / "sets")[:args.sets]
     requested, unique = unique_executions(shared, keep, sets)

@@ -12,7 +12,10 @@ format the peer reads too):
   written gold does not always return what Spider's returns;
 * 16 mutated sets: each real set under each of four deterministic mutation families (the
   quickstart's ``flawed.jsonl`` traps, applied by text rules): ``cmp`` (a comparison
-  operator loosened or tightened, ``AND`` for ``OR``), ``order`` (ORDER BY direction flipped,
+  operator loosened or tightened, ``AND`` for ``OR``, ``=`` to ``!=`` before a literal only: a
+  join condition ``ON a.id != b.id`` over ``wta_1``'s half-million-row ``rankings`` runs for
+  hours, a query no model writes, and the peer's 60 s timeout, ``asyncio.wait_for`` around a
+  blocking SQLite call, cannot stop it), ``order`` (ORDER BY direction flipped,
   DISTINCT dropped or added), ``agg`` (``LIMIT k`` to ``k + 1``, ``max``/``min`` and
   ``avg``/``sum`` swapped, ``count(*)`` to ``count(DISTINCT ...)``), ``cols`` (the SELECT
   list reversed -- right under column matching -- or a column added). Every other line is
@@ -90,7 +93,8 @@ def _flip_direction(sql: str) -> str | None:
 
 FAMILIES: dict[str, list] = {
     "cmp": [_sub1(r">=", ">"), _sub1(r"(?<![<>!])>(?!=)", ">="), _sub1(r"<=", "<"), _sub1(r"<(?![=>])", "<="),
-            _sub1(r"\bAND\b", "OR"), _sub1(r"\bOR\b", "AND"), _sub1(r"(?<![<>!])=(?!=)", "!=")],
+            _sub1(r"\bAND\b", "OR"), _sub1(r"\bOR\b", "AND"),
+            _sub1(r"(?<![<>!])=(?!=)(?=\s*(?:'|\"|-?\d))", "!=")],  # a filter, never a join condition
     "order": [_flip_direction, _sub1(r"(?i)^\s*select\s+distinct\s+", "SELECT "),
               _sub1(r"(?i)^\s*select\s+(?!distinct\b)", "SELECT DISTINCT ")],
     "agg": [_bump_limit, _sub1(r"\bmax\(", "min("), _sub1(r"\bmin\(", "max("), _sub1(r"\bavg\(", "sum("),
@@ -137,6 +141,87 @@ def build(shared: Path, into: Path) -> list[tuple[str, Path]]:
         path = into / f"{name.replace('~', '.')}.sql"
         path.write_text("".join(line + "\n" for line in lines))
         out.append((name.replace("~", "."), path))
+    return out
+
+
+RANKING_DATES, RANKED_PER_DATE = 936, 545  # 18 years of weekly lists: 510,120 rows
+
+
+def build_wta_1(shared: Path, into: Path) -> Path:
+    """A stand-in for Spider's ``wta_1.sqlite``, which the mirror lacks: ``into/wta_1.sqlite``.
+
+    ``players`` (20,662 rows) and ``matches`` (278 rows) are SpiderMan's real data, loaded
+    into the SpiderMan schema transpiled from MySQL to SQLite by sqlglot (the same columns and
+    declared types as Spider's ``tables.json``; ``NULL`` in a CSV is SQL NULL). ``rankings``
+    (not mirrored) is *synthesized*, deterministically: ``RANKING_DATES`` weekly dates from
+    2000-01-03 (``YYYYMMDD`` integers, as the other date columns), ``RANKED_PER_DATE`` ranked
+    players each, drawn from the players, points falling with the ranking, ``tours`` a small
+    count and NULL for about a third of the rows (the source, Sackmann's WTA files, says the
+    column is far from complete). About half a million rows: the scale of the real table, so
+    that its 8 gold queries and the models' predictions cost what they cost there; its values
+    are not the real ones, so EX on the 62 ``wta_1`` questions is not Spider's.
+    """
+    import datetime as dt
+    import random
+    import sqlite3
+
+    import sqlglot
+
+    path = into / "wta_1.sqlite"
+    if path.exists():
+        return path
+    into.mkdir(parents=True, exist_ok=True)
+    src = shared / "data/spiderman/databases/wta_1"
+    ddl = sqlglot.transpile(re.sub(r"`wta_1`\.", "", (src / "schema.sql").read_text()), read="mysql",
+                            write="sqlite")
+    tmp = path.with_suffix(".part")
+    tmp.unlink(missing_ok=True)
+    con = sqlite3.connect(tmp)
+    for stmt in ddl:
+        con.execute(stmt)
+    players = []
+    for table in ("players", "matches"):
+        with open(src / f"data/{table}.csv", newline="") as f:
+            rows = csv.reader(f)
+            cols = next(rows)
+            data = [[None if v == "NULL" else v for v in r] for r in rows]
+        con.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", data)
+        if table == "players":
+            players = [int(r[0]) for r in data]
+    rng = random.Random(24)
+    pool = players[:4000]
+    day = dt.date(2000, 1, 3)
+    rows = []
+    for _ in range(RANKING_DATES):
+        stamp = int(day.strftime("%Y%m%d"))
+        for rank, pid in enumerate(rng.sample(pool, RANKED_PER_DATE), start=1):
+            tours = None if rng.random() < 0.35 else rng.randint(1, 30)
+            rows.append((stamp, rank, pid, int(12000 / rank ** 0.85) + rng.randint(0, 9), tours))
+        day += dt.timedelta(days=7)
+    con.executemany("INSERT INTO rankings VALUES (?, ?, ?, ?, ?)", rows)
+    con.commit()
+    con.close()
+    tmp.rename(path)
+    return path
+
+
+def shared_with_wta_1(shared: Path, work: Path) -> Path:
+    """A shared folder like ``shared`` whose Spider database folder also has :func:`build_wta_1`
+    (every other file a symbolic link into ``shared``), so that the sweep covers all 1,034 Spider
+    dev questions, as a measurement on the full release does."""
+    out = work / "shared"
+    spider = out / "data/spider"
+    (spider / "database").mkdir(parents=True, exist_ok=True)
+    for entry in (shared / "data").iterdir():
+        if entry.name != "spider" and not (out / "data" / entry.name).exists():
+            (out / "data" / entry.name).symlink_to(entry)
+    for entry in (shared / "data/spider").iterdir():
+        if entry.name != "database" and not (spider / entry.name).exists():
+            (spider / entry.name).symlink_to(entry)
+    for entry in (shared / "data/spider/database").iterdir():
+        if not (spider / "database" / entry.name).exists():
+            (spider / "database" / entry.name).symlink_to(entry)
+    build_wta_1(shared, spider / "database/wta_1")
     return out
 
 
