@@ -86,3 +86,32 @@ def test_run_processes_answer_pyarrows_look_for_pandas_without_importing_it():
     plain = code.replace("arrow_without_pandas(); ", "")
     out = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split() == ["True", "DataFrame"]
+
+
+def test_execution_actor_of_a_child_engine_loads_neither_pyarrow_nor_sqlglot(tmp_path):
+    # the SQLite actor only passes its child's Arrow bytes on: with the declaration facts the
+    # driver gives it, it never imports the engine modules, pyarrow or sqlglot (~50 MiB RSS)
+    import sqlite3
+
+    from polysql_ray.pipeline.actors import engine_facts
+
+    db = tmp_path / "t.sqlite"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE t (a INTEGER, b TEXT)")
+        con.executemany("INSERT INTO t VALUES (?, ?)", [(1, "x"), (2, None)])
+    facts = engine_facts("sqlite")
+    code = (f"import pickle, sys; from polysql_ray.pipeline.actors import ExecutionActor; "
+            f"a = ExecutionActor('sqlite', {{}}, {{'timeout_s': 30}}, 0.0, {facts!r}); "
+            f"out = a.execute_batch([({str(db)!r}, 'SELECT a, b FROM t ORDER BY a'), ({str(db)!r}, 'SELEC')]); "
+            f"blob = pickle.dumps(out[:2]); a.engine.close(); "
+            f"print(','.join(m for m in ('pyarrow', 'sqlglot', 'polysql_ray.engines.sqlite') if m in sys.modules)); "
+            f"sys.stdout.flush(); sys.stdout.buffer.write(blob)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, check=True)
+    loaded, blob = out.stdout.split(b"\n", 1)
+    assert loaded == b""
+    import pickle
+
+    ok, bad = pickle.loads(blob)
+    assert ok.ok and ok.table.to_pylist() == [{"a": 1, "b": "x"}, {"a": 2, "b": None}]
+    assert bad.status.value == "syntax"

@@ -14,9 +14,10 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import pyarrow as pa
+if TYPE_CHECKING:  # pyarrow is imported where a table is written or read: the execution actor of
+    import pyarrow as pa  # a child-process engine only passes results on and never loads it
 
 
 class ExecStatus(str, enum.Enum):
@@ -140,12 +141,15 @@ class ExecutionResult:
         # Ship the table as Arrow IPC: exact (types, duplicate column names, unions) and
         # independent of Ray's own Arrow reducer, which looks columns up by *name* and fails on
         # results such as ``SELECT T1.id, T2.id`` (two columns named ``id``).
+        # The bytes travel as ``bytes``, not a pyarrow Buffer, so that unpickling needs no pyarrow.
         blob = None
         if self.table is not None:
+            import pyarrow as pa
+
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, self.table.schema) as writer:
                 writer.write_table(self.table)
-            blob = sink.getvalue()
+            blob = sink.getvalue().to_pybytes()
         return _restore_result, (self.status.value, blob, self.error, self.elapsed_s, self.nbytes)
 
     @classmethod
@@ -167,6 +171,8 @@ class _ArrivedResult(ExecutionResult):
     @property
     def table(self):  # noqa: D401 - the dataclass field of the base class, decoded on first read
         if self._table is None and self._blob is not None:
+            import pyarrow as pa
+
             self._table = pa.ipc.open_stream(self._blob).read_all()
         return self._table
 

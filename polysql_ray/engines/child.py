@@ -85,17 +85,25 @@ class ChildEngine:
         kills: children killed so far (deadline or memory ceiling).
     """
 
-    def __init__(self, name: str, settings: dict | None = None) -> None:
-        from polysql_ray.engines.registry import engine_class
-
-        self._cls = engine_class(name)
-        self.name = self._cls.name
-        self.dialect = self._cls.dialect
+    def __init__(self, name: str, settings: dict | None = None, dialect: str | None = None) -> None:
+        self.name = name
+        self._engine_cls = None
+        self.dialect = dialect if dialect is not None else self._cls.dialect
         self.settings = dict(settings or {})
         self._proc: subprocess.Popen | None = None
         self._dying: list[subprocess.Popen] = []  # killed children not yet reaped
         self.peak_rss_mb = 0.0
         self.kills = 0
+
+    @property
+    def _cls(self) -> type:
+        """The engine's declared class, looked up on first need (given ``dialect``, the parent
+        needs no declaration fact to run statements, and never imports the engine's module)."""
+        if self._engine_cls is None:
+            from polysql_ray.engines.registry import engine_class
+
+            self._engine_cls = engine_class(self.name)
+        return self._engine_cls
 
     def __getattr__(self, attr: str) -> Any:  # declaration facts (transient_unavailable ...)
         if attr.startswith("_"):

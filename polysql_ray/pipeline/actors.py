@@ -12,12 +12,23 @@ import datetime as dt
 import time
 from typing import Any
 
-import pyarrow as pa
 import ray
 
 from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 from polysql_ray.faults import FaultPoints
-from polysql_ray.store.schema import SCORE_SCHEMA
+
+
+def engine_facts(engine: str) -> dict:
+    """The declaration facts an :class:`ExecutionActor` is built from: ``child_process``,
+    ``transient_unavailable`` and ``dialect`` of the engine's class (the registry). The driver
+    passes them, so an actor whose engine runs in a child process never imports the engine
+    modules (with them pyarrow and sqlglot: about 50 MiB of resident memory per actor)."""
+    from polysql_ray.engines.registry import engine_class
+
+    cls = engine_class(engine)
+    return {"child_process": bool(getattr(cls, "child_process", False)),
+            "transient_unavailable": bool(getattr(cls, "transient_unavailable", False)),
+            "dialect": cls.dialect}
 
 
 class ExecutionActor:
@@ -59,26 +70,28 @@ class ExecutionActor:
     #: Backoff between retries of an unavailable server: first wait, cap (seconds).
     BACKOFF_S = (0.5, 8.0)
 
-    def __init__(self, engine: str, settings: dict, limits: dict, retry_s: float = 120.0) -> None:
-        from polysql_ray.engines.registry import engine_class, make_engine
-        from polysql_ray.lazy import arrow_without_pandas
-
-        arrow_without_pandas()  # a Ray worker of the run (polysql_ray.lazy)
+    def __init__(self, engine: str, settings: dict, limits: dict, retry_s: float = 120.0,
+                 facts: dict | None = None) -> None:
         settings = dict(settings)
         self._fault_exit_on = settings.pop("_fault_exit_on", None)
         folder = settings.pop("_fault_points", None)
         self._points = FaultPoints(folder) if folder else None
         self._recipes = settings.pop("_replica_recipes", None) or {}
-        in_child = settings.pop("child_process", getattr(engine_class(engine), "child_process", False))
-        retries = float(retry_s) if getattr(engine_class(engine), "transient_unavailable", False) else 0.0
+        facts = dict(facts) if facts is not None else engine_facts(engine)
+        in_child = settings.pop("child_process", facts["child_process"])
+        retries = float(retry_s) if facts["transient_unavailable"] else 0.0
         if retries > 0:  # this actor's retry is the one wait of an outage (class docstring)
             settings["health_wait_s"] = 0.0
         self._ready: set[str] = set()  # replica locations found or rebuilt on this node
-        if in_child:
+        if in_child:  # the engine's module, pyarrow and sqlglot load in the child only
             from polysql_ray.engines.child import ChildEngine
 
-            self.engine = ChildEngine(engine, settings)
+            self.engine = ChildEngine(engine, settings, dialect=facts["dialect"])
         else:
+            from polysql_ray.engines.registry import make_engine
+            from polysql_ray.lazy import arrow_without_pandas
+
+            arrow_without_pandas()  # a Ray worker of the run that builds tables (polysql_ray.lazy)
             self.engine = make_engine(engine, **settings)
         self.limits = Limits(**limits)
         self.retry_s = retries
@@ -216,8 +229,11 @@ def score_batch(items: list[dict], result_refs: list, policy) -> pa.Table:
     scoring raises is stored ``inconclusive`` with reason ``compare_error`` and the exception in
     ``pred_error`` (:func:`polysql_ray.comparison.verdict.scoring_error`); the batch goes on.
     """
+    import pyarrow as pa
+
     from polysql_ray.comparison.normalize import canonical_scope
     from polysql_ray.lazy import arrow_without_pandas
+    from polysql_ray.store.schema import SCORE_SCHEMA
 
     arrow_without_pandas()  # a Ray worker of the run: once per process (polysql_ray.lazy)
     results = ray.get(list(result_refs)) if result_refs else []
