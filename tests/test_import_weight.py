@@ -15,11 +15,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _python(code: str) -> bytes:
+    """stdout of ``code`` run by a fresh interpreter with this checkout on its path."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, check=True).stdout
+
+
 def _loaded(module: str, heavy: tuple[str, ...]) -> list[str]:
     code = f"import sys, {module}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    return [m for m in out.stdout.strip().split(",") if m]
+    return [m for m in _python(code).decode().strip().split(",") if m]
 
 
 @pytest.mark.parametrize("module", ["polysql_ray.pipeline.summary", "polysql_ray.statistics.ex",
@@ -79,39 +83,34 @@ def test_run_processes_answer_pyarrows_look_for_pandas_without_importing_it():
             "arrow_without_pandas(); t = pa.Table.from_pylist([{'v': 'a', 'n': 1}]); "
             "pc.equal(t.column('v'), 'a'); pa.array([1, None]); t.to_pylist(); "
             "print('pandas' in sys.modules, end=' '); print(type(t.to_pandas()).__name__)")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.split() == ["False", "DataFrame"]
+    assert _python(code).decode().split() == ["False", "DataFrame"]
     # without it, the same conversions import pandas: the check can fail
-    plain = code.replace("arrow_without_pandas(); ", "")
-    out = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.split() == ["True", "DataFrame"]
+    assert _python(code.replace("arrow_without_pandas(); ", "")).decode().split() == ["True", "DataFrame"]
 
 
 def test_execution_actor_of_a_child_engine_loads_neither_pyarrow_nor_sqlglot(tmp_path):
     # the SQLite actor only passes its child's Arrow bytes on: with the declaration facts the
     # driver gives it, it never imports the engine modules, pyarrow or sqlglot (~50 MiB RSS)
+    import pickle
     import sqlite3
 
-    from polysql_ray.pipeline.actors import engine_facts
+    from polysql_ray.engines.registry import engine_spec
 
     db = tmp_path / "t.sqlite"
     with sqlite3.connect(db) as con:
         con.execute("CREATE TABLE t (a INTEGER, b TEXT)")
         con.executemany("INSERT INTO t VALUES (?, ?)", [(1, "x"), (2, None)])
-    facts = engine_facts("sqlite")
+    spec = engine_spec("sqlite")
+    assert spec.child_process and not spec.transient_unavailable and spec.dialect == "sqlite"
     code = (f"import pickle, sys; from polysql_ray.pipeline.actors import ExecutionActor; "
-            f"a = ExecutionActor('sqlite', {{}}, {{'timeout_s': 30}}, 0.0, {facts!r}); "
+            f"spec = pickle.loads({pickle.dumps(spec)!r}); "
+            f"a = ExecutionActor('sqlite', {{}}, {{'timeout_s': 30}}, 0.0, spec); "
             f"out = a.execute_batch([({str(db)!r}, 'SELECT a, b FROM t ORDER BY a'), ({str(db)!r}, 'SELEC')]); "
             f"blob = pickle.dumps(out[:2]); a.engine.close(); "
             f"print(','.join(m for m in ('pyarrow', 'sqlglot', 'polysql_ray.engines.sqlite') if m in sys.modules)); "
             f"sys.stdout.flush(); sys.stdout.buffer.write(blob)")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, check=True)
-    loaded, blob = out.stdout.split(b"\n", 1)
+    loaded, blob = _python(code).split(b"\n", 1)
     assert loaded == b""
-    import pickle
-
     ok, bad = pickle.loads(blob)
     assert ok.ok and ok.table.to_pylist() == [{"a": 1, "b": "x"}, {"a": 2, "b": None}]
     assert bad.status.value == "syntax"

@@ -165,6 +165,8 @@ class _ArrivedResult(ExecutionResult):
     sender measured) and passes results on, never decodes or re-encodes one."""
 
     def __init__(self, status: ExecStatus, blob, error: str | None, elapsed_s: float, nbytes: int | None):
+        # the base class's fields, set here (not through its __init__, whose ``table`` would
+        # replace the bytes): a field added to ExecutionResult must be added here too
         self.status, self.error, self.elapsed_s = status, error, elapsed_s
         self._blob, self._table, self._nbytes = blob, None, nbytes
 

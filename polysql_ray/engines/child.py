@@ -79,6 +79,10 @@ class ChildEngine:
     Args:
         name: engine name (``sqlite``, ``duckdb``, ``clickhouse``).
         settings: constructor settings of the engine (as for ``make_engine``).
+        dialect: the engine's sqlglot dialect when the caller knows it (the execution actor,
+            from its :class:`~polysql_ray.engines.registry.EngineSpec`): the engine's class is then
+            looked up only when another declaration fact is asked for. None: looked up now
+            (``KeyError`` for an unknown engine).
 
     Attributes:
         peak_rss_mb: largest resident set seen of the current child (MiB, for benchmarks).

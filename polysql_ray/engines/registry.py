@@ -34,6 +34,13 @@ class EngineSpec:
         identifiers: how the engine resolves identifiers (``engines.identifiers``).
         semantic: names of settings that change results (e.g. ClickHouse ``join_use_nulls``);
             their values enter every cell key scored on the engine (:func:`engine_fingerprint`).
+        child_process: the engine runs in a child process of its execution actor
+            (``engines/child.py``).
+        transient_unavailable: its ``UNAVAILABLE`` is an outage worth retrying (servers).
+
+    The row is small and imports no engine module, so the driver hands it to an execution
+    actor, which then never imports its engine's module (with it pyarrow and sqlglot) when the
+    engine runs in a child process.
     """
 
     cls: str
@@ -43,11 +50,14 @@ class EngineSpec:
     takes_mapping: bool = False
     identifiers: IdentifierRules | None = None
     semantic: tuple[str, ...] = ()
+    child_process: bool = False
+    transient_unavailable: bool = False
 
 
 def _spec(cls: type) -> EngineSpec:
     return EngineSpec(f"{cls.__module__}:{cls.__qualname__}", cls.dialect, cls.embedded,
-                      dict(cls.settings), cls.takes_mapping, cls.identifiers, tuple(cls.semantic_settings))
+                      dict(cls.settings), cls.takes_mapping, cls.identifiers, tuple(cls.semantic_settings),
+                      bool(getattr(cls, "child_process", False)), bool(getattr(cls, "transient_unavailable", False)))
 
 
 #: Engine name -> spec.

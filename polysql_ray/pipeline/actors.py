@@ -18,19 +18,6 @@ from polysql_ray.engines.base import ExecStatus, ExecutionResult, Limits
 from polysql_ray.faults import FaultPoints
 
 
-def engine_facts(engine: str) -> dict:
-    """The declaration facts an :class:`ExecutionActor` is built from: ``child_process``,
-    ``transient_unavailable`` and ``dialect`` of the engine's class (the registry). The driver
-    passes them, so an actor whose engine runs in a child process never imports the engine
-    modules (with them pyarrow and sqlglot: about 50 MiB of resident memory per actor)."""
-    from polysql_ray.engines.registry import engine_class
-
-    cls = engine_class(engine)
-    return {"child_process": bool(getattr(cls, "child_process", False)),
-            "transient_unavailable": bool(getattr(cls, "transient_unavailable", False)),
-            "dialect": cls.dialect}
-
-
 class ExecutionActor:
     """Runs SQL on one engine. Created as a Ray actor by the driver (restartable: it holds no
     state beyond connections, so Ray's ``max_restarts``/``max_task_retries`` can replay a batch).
@@ -48,6 +35,9 @@ class ExecutionActor:
             after the server answers a probe again, and a run with ``retry_s=1`` never waits the
             gate's 120 s (the two budgets once disagreed: a server down for good held the first
             statement ``health_wait_s`` whatever ``pipeline.unavailable_retry_s`` said).
+        spec: the engine's registry row, :func:`polysql_ray.engines.registry.engine_spec`
+            ``(engine)`` (the driver passes it, so an actor of a child-process engine imports
+            no engine module); None looks it up here, which imports them.
 
     Fault injection (tests only): ``settings["_fault_exit_on"] = SQL`` makes the actor's
     process exit abruptly when asked to run exactly that text, as an engine crash would;
@@ -71,22 +61,25 @@ class ExecutionActor:
     BACKOFF_S = (0.5, 8.0)
 
     def __init__(self, engine: str, settings: dict, limits: dict, retry_s: float = 120.0,
-                 facts: dict | None = None) -> None:
+                 spec=None) -> None:
         settings = dict(settings)
         self._fault_exit_on = settings.pop("_fault_exit_on", None)
         folder = settings.pop("_fault_points", None)
         self._points = FaultPoints(folder) if folder else None
         self._recipes = settings.pop("_replica_recipes", None) or {}
-        facts = dict(facts) if facts is not None else engine_facts(engine)
-        in_child = settings.pop("child_process", facts["child_process"])
-        retries = float(retry_s) if facts["transient_unavailable"] else 0.0
+        if spec is None:
+            from polysql_ray.engines.registry import engine_spec
+
+            spec = engine_spec(engine)
+        in_child = settings.pop("child_process", spec.child_process)
+        retries = float(retry_s) if spec.transient_unavailable else 0.0
         if retries > 0:  # this actor's retry is the one wait of an outage (class docstring)
             settings["health_wait_s"] = 0.0
         self._ready: set[str] = set()  # replica locations found or rebuilt on this node
         if in_child:  # the engine's module, pyarrow and sqlglot load in the child only
             from polysql_ray.engines.child import ChildEngine
 
-            self.engine = ChildEngine(engine, settings, dialect=facts["dialect"])
+            self.engine = ChildEngine(engine, settings, dialect=spec.dialect)
         else:
             from polysql_ray.engines.registry import make_engine
             from polysql_ray.lazy import arrow_without_pandas

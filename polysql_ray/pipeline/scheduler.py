@@ -281,7 +281,7 @@ class Scheduler:
         self.progress.grow(self.ptasks[engine], 1)
 
     def _start_engine(self, engine: str) -> None:
-        from polysql_ray.pipeline.actors import ExecutionActor, engine_facts
+        from polysql_ray.pipeline.actors import ExecutionActor
         from polysql_ray.pipeline.cluster import engine_actors
 
         pcfg = self.cfg["pipeline"]
@@ -293,9 +293,11 @@ class Scheduler:
                                                  num_gpus=float(ecfg.get("num_gpus", 0) or 0),
                                                  resources=dict(ecfg.get("resources") or {}),
                                                  max_restarts=-1, max_task_retries=ACTOR_TASK_RETRIES)
-        facts = engine_facts(engine)  # declaration facts: the actor needs no engine module for them
+        from polysql_ray.engines.registry import engine_spec
+
+        spec = engine_spec(engine)  # the registry row: the actor needs no engine module for it
         self.actors[engine] = [cls.remote(engine, self._engine_settings(self.cfg, engine), self.limits,
-                                          float(pcfg.get("unavailable_retry_s", 120)), facts)
+                                          float(pcfg.get("unavailable_retry_s", 120)), spec)
                                for _ in range(n)]
         if self._check_fits is not None:
             self._check_fits(self.cfg, sorted(self.actors))
