@@ -223,10 +223,11 @@ def nested_ties_probe(tree: exp.Expression, dialect: str) -> str | None:
     bare = _ungrouped_check(tree)
     if not cuts and bare is None:
         return None
-    cols = [exp.alias_(exp.Subquery(this=bare), "g")] if bare is not None else []
+    # every node below is built here or copied from the tree once: no builder copies it again
+    cols = [exp.alias_(exp.Subquery(this=bare), "g", copy=False)] if bare is not None else []
     tie = _extreme_tie_check(tree) if bare is not None else None  # both read _bare_columns
     if tie is not None:
-        cols.append(exp.alias_(exp.Subquery(this=tie), "x"))
+        cols.append(exp.alias_(exp.Subquery(this=tie), "x", copy=False))
     for i, (sel, cut) in enumerate(cuts):
         if cut < 1 or sel.args.get("distinct"):
             return "SELECT no_tie_probe_possible"  # fails on every engine: conservative flag
@@ -241,7 +242,7 @@ def nested_ties_probe(tree: exp.Expression, dialect: str) -> str | None:
                 k = selects[pos - 1].this if isinstance(selects[pos - 1], exp.Alias) else selects[pos - 1]
             keys.append(_inline_aliases(k, selects))
         inner = sel.copy()
-        inner.set("expressions", [exp.alias_(k.copy(), f"k{j}") for j, k in enumerate(keys)])
+        inner.set("expressions", [exp.alias_(k.copy(), f"k{j}", copy=False) for j, k in enumerate(keys)])
         inner.set("order", exp.Order(expressions=[
             exp.Ordered(this=k.copy(), desc=o.args.get("desc") if isinstance(o, exp.Ordered) else None,
                         nulls_first=o.args.get("nulls_first") if isinstance(o, exp.Ordered) else None)
@@ -251,9 +252,10 @@ def nested_ties_probe(tree: exp.Expression, dialect: str) -> str | None:
         n = exp.select("COUNT(*)").from_(exp.Subquery(this=inner.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"t{i}"))))
         dist = exp.select("*").distinct().from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(f"u{i}"))))
         d = exp.select("COUNT(*)").from_(exp.Subquery(this=dist, alias=exp.TableAlias(this=exp.to_identifier(f"v{i}"))))
-        cols += [exp.alias_(exp.Subquery(this=n), f"n{i}"), exp.alias_(exp.Subquery(this=d), f"d{i}")]
+        cols += [exp.alias_(exp.Subquery(this=n), f"n{i}", copy=False),
+                 exp.alias_(exp.Subquery(this=d), f"d{i}", copy=False)]
     try:
-        return exp.select(*cols).sql(dialect=dialect)
+        return exp.select(*cols).sql(dialect=dialect, copy=False)
     except Exception:  # noqa: BLE001 - cannot render: conservative flag
         return "SELECT no_tie_probe_possible"
 
@@ -332,7 +334,7 @@ def analyze_prediction(pred_sql: str, dialect: str, tie_window: int = TIE_WINDOW
             else:
                 probe = top.copy()
                 probe.args["limit"].set("expression", exp.Literal.number(k + tie_window))
-                cut_sql = probe.sql(dialect=dialect)
+                cut_sql = probe.sql(dialect=dialect, copy=False)
         return PredShape(static, k, cut_sql, tuple(cut_keys), nested_ties_probe(tree, dialect),
                          len(_nested_cuts(tree)), constant_columns(top))
     except Exception:  # noqa: BLE001 - ParseError, RecursionError ...: nothing is flagged
@@ -419,15 +421,15 @@ def _ungrouped_check(tree: exp.Expression) -> exp.Select | None:
     top, _, bare = found
     selects = list(top.selects)
     inner = top.copy()
-    inner.set("expressions", [exp.alias_(exp.Count(this=exp.Distinct(expressions=[c.copy()])), f"b{j}")
+    inner.set("expressions", [exp.alias_(exp.Count(this=exp.Distinct(expressions=[c.copy()])), f"b{j}", copy=False)
                               for j, c in enumerate(bare.values())])
     for key in ("order", "limit", "offset", "distinct"):
         inner.set(key, None)
     if inner.args.get("having") is not None:
         inner.set("having", exp.Having(this=_inline_aliases(inner.args["having"].this, selects)))
     cond = exp.or_(*[exp.GT(this=exp.column(f"b{j}"), expression=exp.Literal.number(1)) for j in range(len(bare))])
-    return exp.select("COUNT(*)").from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("w")))) \
-        .where(cond)
+    return exp.select("COUNT(*)").from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("w"))),
+                                        copy=False).where(cond, copy=False)
 
 
 def _extreme_tie_check(tree: exp.Expression) -> exp.Select | None:
@@ -451,19 +453,19 @@ def _extreme_tie_check(tree: exp.Expression) -> exp.Select | None:
     inner = top.copy()
     for key in ("group", "having", "order", "limit", "offset", "distinct"):
         inner.set(key, None)
-    inner.set("expressions", [exp.alias_(agg.this.copy(), "a"), exp.alias_(window, "m")]
-              + [exp.alias_(k.copy(), f"k{i}") for i, k in enumerate(keys)]
-              + [exp.alias_(c.copy(), f"c{j}") for j, c in enumerate(bare.values())])
+    inner.set("expressions", [exp.alias_(agg.this.copy(), "a", copy=False), exp.alias_(window, "m", copy=False)]
+              + [exp.alias_(k.copy(), f"k{i}", copy=False) for i, k in enumerate(keys)]
+              + [exp.alias_(c.copy(), f"c{j}", copy=False) for j, c in enumerate(bare.values())])
     held = exp.select(*[exp.column(f"k{i}") for i in range(len(keys))],
                       *[exp.alias_(exp.Count(this=exp.Distinct(expressions=[exp.column(f"c{j}")])), f"b{j}")
                         for j in range(len(bare))]) \
-        .from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("r")))) \
-        .where(exp.EQ(this=exp.column("a"), expression=exp.column("m")))
+        .from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("r"))), copy=False) \
+        .where(exp.EQ(this=exp.column("a"), expression=exp.column("m")), copy=False)
     if keys:
-        held = held.group_by(*[exp.column(f"k{i}") for i in range(len(keys))])
+        held = held.group_by(*[exp.column(f"k{i}") for i in range(len(keys))], copy=False)
     cond = exp.or_(*[exp.GT(this=exp.column(f"b{j}"), expression=exp.Literal.number(1)) for j in range(len(bare))])
-    return exp.select("COUNT(*)").from_(exp.Subquery(this=held, alias=exp.TableAlias(this=exp.to_identifier("h")))) \
-        .where(cond)
+    return exp.select("COUNT(*)").from_(exp.Subquery(this=held, alias=exp.TableAlias(this=exp.to_identifier("h"))),
+                                        copy=False).where(cond, copy=False)
 
 
 def _inline_aliases(key: exp.Expression, selects: list[exp.Expression]) -> exp.Expression:
@@ -518,7 +520,7 @@ def _analyze_tree(tree: exp.Expression, dialect: str, tie_window: int) -> GoldSh
         else:
             probe_keys.append(r)
     try:
-        probe_sql = probe.sql(dialect=dialect)
+        probe_sql = probe.sql(dialect=dialect, copy=False)  # probe: a copy of the tree
     except Exception:
         return GoldShape(True, order_keys, not missing, limit, None, (), ("order_keys_unknown",))
     return GoldShape(True, order_keys, not missing, limit, probe_sql, tuple(probe_keys), ())
