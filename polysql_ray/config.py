@@ -108,8 +108,9 @@ def validate(cfg: dict) -> None:
     if not isinstance(retry, (int, float)) or retry < 0:
         raise ConfigError(f"pipeline.unavailable_retry_s must be >= 0 seconds (got {retry!r})")
     inflight = (cfg.get("pipeline") or {}).get("max_inflight_score", "auto")
-    if inflight != "auto" and (isinstance(inflight, bool) or not isinstance(inflight, int) or inflight < 1):
-        raise ConfigError(f"pipeline.max_inflight_score must be auto or a whole number >= 1 (got {inflight!r})")
+    if inflight != "auto" and (isinstance(inflight, bool) or not isinstance(inflight, int) or inflight < 0):
+        raise ConfigError(f"pipeline.max_inflight_score must be auto or a whole number >= 0 "
+                          f"(0: the driver scores every batch itself; got {inflight!r})")
     for engine, ecfg in (cfg.get("engines") or {}).items():
         actors = (ecfg or {}).get("actors", 1) if isinstance(ecfg, dict) else 1
         if actors != "auto" and (isinstance(actors, bool) or not isinstance(actors, int) or actors < 1):
@@ -154,7 +155,8 @@ SETTINGS: dict[str, tuple[str, float | None, bool]] = {
     "pipeline.generation_prefetch_cells": ("int", 0, True),
     "pipeline.generation_batch_size": ("int", 0, True),   # 0: a cell's remainder in one call
     "pipeline.exec_cache_size": ("int", 0, True),
-    "pipeline.verdict_cache_size": ("int", 0, True),   # 0: every item scored by a task
+    "pipeline.verdict_cache_size": ("int", 0, True),
+    "pipeline.driver_scores": ("bool", None, True),   # 0: every item scored by a task
     "pipeline.flush_rows": ("int", 1, True),
     "pipeline.flush_s": ("number", 0, True),   # 0: write after every scored batch
     "pipeline.score_num_cpus": ("number", 0, False),

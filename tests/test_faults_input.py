@@ -33,8 +33,9 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     ("+engines.postgres.password=hunter2", "engines.postgres.password must not hold a password"),
     ("engines.duckdb.actors=0", "engines.duckdb.actors must be auto or a whole number >= 1 (got 0)"),
     ("engines.sqlite.actors=-3", "engines.sqlite.actors must be auto or a whole number >= 1 (got -3)"),
-    ("pipeline.max_inflight_score=0", "pipeline.max_inflight_score must be auto or a whole number >= 1 (got 0)"),
-    ("pipeline.max_inflight_score=many", "pipeline.max_inflight_score must be auto or a whole number >= 1"),
+    ("pipeline.max_inflight_score=-1", "pipeline.max_inflight_score must be auto or a whole number >= 0 "
+                                       "(0: the driver scores every batch itself; got -1)"),
+    ("pipeline.max_inflight_score=many", "pipeline.max_inflight_score must be auto or a whole number >= 0"),
     ("policy.abs_tol=abc", "policy: could not convert string to float"),
     ("+policy.abs_toll=1e-3", "policy: unknown comparison policy field(s): ['abs_toll']"),
     ("+datset=spider", "unknown config key(s) ['datset']: check the spelling"),

@@ -47,8 +47,9 @@ def test_scoring_tasks_in_flight_follow_the_cluster_cpus():
     assert [inflight_scores("auto", c, 1 + 1) for c in (1.0, 2.0, 4.0)] == [1, 1, 2]
     assert inflight_scores("auto", 16.0, 1 + 8) == 7
     assert inflight_scores(3, 64.0, 60) == 3  # a number is taken as given
+    assert inflight_scores(0, 64.0) == 0      # none: the driver scores every batch
     with pytest.raises(ValueError, match="max_inflight_score"):
-        inflight_scores(0, 2.0)
+        inflight_scores(-1, 2.0)
 
 
 def test_execution_actors_auto_follow_the_cluster_cpus():

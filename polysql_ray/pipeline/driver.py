@@ -105,6 +105,7 @@ class RunStats:
     exec_unique: dict = field(default_factory=lambda: collections.Counter())     # engine -> executions run
     exec_reused: int = 0        # needs met by an execution already run or running (LRU, in flight)
     verdicts_reused: int = 0    # items whose verdict was an identical earlier item's (not rescored)
+    batches_scored_in_driver: int = 0  # scoring batches the waiting driver scored itself
     exec_repeated: int = 0      # executions of a key this run had already executed (evicted from
                                 # the LRU, needed again); tracked for the first 1M unique keys
     engine_s: dict = field(default_factory=lambda: collections.defaultdict(float))

@@ -11,7 +11,9 @@ moving through three stages, all asynchronous on Ray:
 3. **scoring**: a batch of ``pipeline.score_batch_size`` items is scored by one Arrow task as
    soon as all its executions are done (at most ``pipeline.max_inflight_score`` in flight:
    by default one per CPU of the cluster left after the driver and the embedded engines'
-   actors, :func:`inflight_scores`);
+   actors, :func:`inflight_scores`); while the driver waits with every execution done and
+   every slot taken, it scores a ready batch itself (``pipeline.driver_scores``, the same
+   functions, so the same rows: :meth:`Scheduler._driver_idle`);
    rows go to the results store through a writer that flushes by rows and by seconds.
 
 Memory. The driver holds at most :attr:`Scheduler.pending` items (the caller keeps it under
@@ -49,6 +51,7 @@ are written. Without a suite stage nothing here changes.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import time
 from typing import Any
@@ -77,13 +80,15 @@ def inflight_scores(setting: int | str, cluster_cpus: float, busy_cores: int = 0
     comparison modules are loaded), and a scoring task is CPU-bound, so tasks beyond the free
     cores add memory and no throughput: on 2 CPUs with one SQLite actor, one scorer instead of
     two kept the realistic sweep's wall within 4% and its tree 230 MiB smaller
-    (benchmarks/bench_realistic.py). Errors: ValueError for anything else (config validation
-    names the key)."""
+    (benchmarks/bench_realistic.py). ``0``: no scoring task, the driver scores every batch
+    itself once its executions are done (one process: a comparison can be followed in a
+    debugger; :meth:`Scheduler._driver_idle`). Errors: ValueError for anything else (config
+    validation names the key)."""
     if str(setting) == "auto":
         return max(1, int(round(cluster_cpus)) - int(busy_cores))
     n = int(setting)
-    if n < 1:
-        raise ValueError(f"pipeline.max_inflight_score must be auto or >= 1 (got {setting!r})")
+    if n < 0:
+        raise ValueError(f"pipeline.max_inflight_score must be auto or >= 0 (got {setting!r})")
     return n
 
 
@@ -201,6 +206,8 @@ class Scheduler:
         self.verdict_cache_size = max(0, int(pcfg.get("verdict_cache_size", 20_000)))
         self.verdicts: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()  # LRU
         self.reuse: dict[int, tuple] = {}                    # batch -> (metas, sigs, scored, reused)
+        self.driver_scores = bool(pcfg.get("driver_scores", True))  # _driver_idle
+        self._waiting = self._here = False
 
     # -- feeding -------------------------------------------------------------------------
     def add(self, items: list[WorkItem], requests: dict[str, ExecRequest], job=None) -> None:
@@ -316,14 +323,25 @@ class Scheduler:
 
     def wait_below(self, limit: int) -> None:
         """Step until at most ``limit`` items are pending (added, not yet scored)."""
-        while self.pending > limit and self.busy():
-            self.step()
+        with self._waiting_here():
+            while self.pending > limit and self.busy():
+                self.step()
 
     def drain(self) -> None:
         """Step until every added item is scored and written."""
-        while self.busy():
-            self.step()
+        with self._waiting_here():
+            while self.busy():
+                self.step()
         self.writer.flush()
+
+    @contextlib.contextmanager
+    def _waiting_here(self):
+        """The driver waits on the work in flight (it plans nothing): :meth:`_driver_idle`."""
+        self._waiting = True
+        try:
+            yield
+        finally:
+            self._waiting = False
 
     def step(self, timeout: float = 5.0) -> None:
         """Wait for one execution, proof or scoring task to finish and handle what finished."""
@@ -340,6 +358,8 @@ class Scheduler:
         waitable = list(self.exec_inflight) + list(self.score_inflight) + list(self.proving)
         if not waitable:
             return
+        if self.ready and self._driver_idle():
+            timeout = 0  # a ready batch waits: score it here rather than wait on the tasks
         done, _ = ray.wait(waitable, num_returns=n or len(waitable), timeout=timeout)
         for ref in done:
             if ref in self.exec_inflight:
@@ -397,10 +417,7 @@ class Scheduler:
 
     def _score_done(self, ref) -> None:
         b = self.score_inflight.pop(ref)
-        table = ray.get(ref)
-        if b in self.reuse:
-            table = self._with_reused(table, *self.reuse.pop(b))
-        self._scored(b, table)
+        self._finish_score(b, ray.get(ref))
 
     def _scored(self, b: int, table) -> None:
         """Batch ``b``'s rows are scored (all its items, in order): on to the suite stage or the writer."""
@@ -453,46 +470,79 @@ class Scheduler:
                 self.clock.start(f"execute[{engine}]")
 
     def _submit_scores(self) -> None:
+        while self.ready and len(self.score_inflight) < self.max_score:
+            self._start_score(self.ready.popleft(), here=False)
+        if self.ready and self._driver_idle():
+            self._here = True  # one batch per call: _scored may pump again (suite phases)
+            try:
+                self._start_score(self.ready.popleft(), here=True)
+            finally:
+                self._here = False
+
+    def _driver_idle(self) -> bool:
+        """Whether the driver scores a ready batch itself (``pipeline.driver_scores``): only
+        while it waits (:meth:`wait_below`, :meth:`drain`) with every scoring slot taken and no
+        execution queued, running or being proven, i.e. when its core and the engines' would
+        otherwise idle (the tail of a sweep: the last batches wait for the one scorer that
+        ``auto`` gives 2 CPUs). With ``pipeline.max_inflight_score=0`` it scores every ready
+        batch. The same functions score the batch, so its rows are the same."""
+        if self._here:
+            return False
+        if self.max_score == 0:
+            return True
+        return (self.driver_scores and self._waiting and not self.exec_inflight and not self.proving
+                and not any(self.queues.values()) and not any(self.singles.values()))
+
+    def _start_score(self, b: int, here: bool) -> None:
+        """Score ready batch ``b``: a Ray task (its ref in :attr:`score_inflight`) or, ``here``,
+        in this process, at once (the task's own function on the fetched results)."""
         from polysql_ray.pipeline.actors import score_batch
 
-        while self.ready and len(self.score_inflight) < self.max_score:
-            b = self.ready.popleft()
-            if b in self.suite_jobs:  # the suite phase of a scored batch (module docstring)
-                from polysql_ray.pipeline.suite_stage import suite_score
+        if b in self.suite_jobs:  # the suite phase of a scored batch (module docstring)
+            from polysql_ray.pipeline.suite_stage import suite_score
 
-                keys = sorted(self.suite_jobs[b].requests)
-                ref = suite_score.options(num_cpus=self.score_cpus).remote(
-                    self.suite_jobs[b], keys, [self.batch_refs[b][k] for k in keys], self.policy)
-                self.batch_refs.pop(b)
-                self.missing.pop(b, None)
-                self.score_inflight[ref] = b
-                continue
-            batch, refs = self.batches[b], self.batch_refs[b]
-            max_chars = int(self.limits.get("max_sql_chars", 100_000))
-            policy = self.policies.get(batch[0].cell.policy, self.policy)  # one cell per batch
-            key = policy_key(policy) if self.verdict_cache_size else None
-            sigs = [verdict_signature(it, refs, key) if key else None for it in batch]
-            reused = {}
-            for i, sig in enumerate(sigs):
-                if sig is not None and sig in self.verdicts:
-                    self.verdicts.move_to_end(sig)
-                    reused[i] = self.verdicts[sig]
-            scored = [i for i in range(len(batch)) if i not in reused]
-            deps = sorted({d for i in scored for d in batch[i].deps})
-            index = {d: i for i, d in enumerate(deps)}
-            metas = [_item_meta(it, index, self.run_id, max_chars) for it in batch]
-            self.batch_refs[b] = {}  # the scoring task holds the refs now
-            self.stats.verdicts_reused = getattr(self.stats, "verdicts_reused", 0) + len(reused)
-            self.clock.start("score")
-            if not scored:  # every verdict known: the rows are made here, no task
-                from polysql_ray.store.schema import SCORE_SCHEMA
+            keys = sorted(self.suite_jobs[b].requests)
+            args = (self.suite_jobs[b], keys, [self.batch_refs[b][k] for k in keys], self.policy)
+            self.batch_refs.pop(b)
+            self.missing.pop(b, None)
+            self._run_score(suite_score, args, b, here)
+            return
+        batch, refs = self.batches[b], self.batch_refs[b]
+        max_chars = int(self.limits.get("max_sql_chars", 100_000))
+        policy = self.policies.get(batch[0].cell.policy, self.policy)  # one cell per batch
+        key = policy_key(policy) if self.verdict_cache_size else None
+        sigs = [verdict_signature(it, refs, key) if key else None for it in batch]
+        reused = {}
+        for i, sig in enumerate(sigs):
+            if sig is not None and sig in self.verdicts:
+                self.verdicts.move_to_end(sig)
+                reused[i] = self.verdicts[sig]
+        scored = [i for i in range(len(batch)) if i not in reused]
+        deps = sorted({d for i in scored for d in batch[i].deps})
+        index = {d: i for i, d in enumerate(deps)}
+        metas = [_item_meta(it, index, self.run_id, max_chars) for it in batch]
+        self.batch_refs[b] = {}  # the scoring task holds the refs now
+        self.stats.verdicts_reused = getattr(self.stats, "verdicts_reused", 0) + len(reused)
+        self.clock.start("score")
+        if not scored:  # every verdict known: the rows are made here, no task
+            from polysql_ray.store.schema import SCORE_SCHEMA
 
-                self._scored(b, self._with_reused(SCORE_SCHEMA.empty_table(), metas, sigs, [], reused))
-                continue
-            self.reuse[b] = (metas, sigs, scored, reused)
-            ref = score_batch.options(num_cpus=self.score_cpus).remote(
-                [metas[i] for i in scored], [refs[d] for d in deps], policy)
-            self.score_inflight[ref] = b
+            self._scored(b, self._with_reused(SCORE_SCHEMA.empty_table(), metas, sigs, [], reused))
+            return
+        self.reuse[b] = (metas, sigs, scored, reused)
+        self._run_score(score_batch, ([metas[i] for i in scored], [refs[d] for d in deps], policy), b, here)
+
+    def _run_score(self, task, args: tuple, b: int, here: bool) -> None:
+        if not here:
+            self.score_inflight[task.options(num_cpus=self.score_cpus).remote(*args)] = b
+            return
+        self.stats.batches_scored_in_driver = getattr(self.stats, "batches_scored_in_driver", 0) + 1
+        self._finish_score(b, task._function(*args))
+
+    def _finish_score(self, b: int, table) -> None:
+        if b in self.reuse:
+            table = self._with_reused(table, *self.reuse.pop(b))
+        self._scored(b, table)
 
     def _with_reused(self, table, metas: list[dict], sigs: list, scored: list[int], reused: dict):
         """The rows of a whole batch in its order: ``table`` (the scored items ``scored``, in
