@@ -16,7 +16,7 @@ seconds from the process start). Runs are paired: in each repeat every contender
 one after the other, with the load average printed beside it.
 
     python benchmarks/bench_realistic.py --peer /tmp/test-suite-sql-eval --peer-python PY \
-        [--baseline REF] [--variant OVERRIDES ...] [--repeats 2] [--with-wta-1] [-- overrides for all of ours]
+        [--baseline REF [--baseline-python PY]] [--variant OVERRIDES ...] [--repeats 2] [--with-wta-1] [-- overrides for all of ours]
 
 Nothing of the peer is part of this project: check it out anywhere outside the repository.
 """
@@ -116,7 +116,8 @@ def run_ours(label: str, checkout: Path, args, db_ids, work: Path, sets, extra) 
     env = dict(os.environ, PYTHONPATH=str(checkout), POLYSQL_SHARED=str(Path(args.shared).resolve()))
     env.pop("RAY_ADDRESS", None)
     t_start = time.time()
-    r = bp.measure(our_argv(sys.executable, db_ids, sets, results, extra), env, str(checkout),
+    python = args.baseline_python if label == "baseline" and args.baseline_python else sys.executable
+    r = bp.measure(our_argv(python, db_ids, sets, results, extra), env, str(checkout),
                    work / f"{label}.log", args.sample_s)
     if r["exit"] != 0:
         raise SystemExit(f"{label} failed (exit {r['exit']}): {(work / f'{label}.log').read_text()[-3000:]}")
@@ -142,6 +143,8 @@ def main() -> None:
     ap.add_argument("--peer", help="checkout of test-suite-sql-eval (outside this repository)")
     ap.add_argument("--peer-python", default=sys.executable)
     ap.add_argument("--baseline", help="git ref of this project to run beside (e.g. the commit before a change)")
+    ap.add_argument("--baseline-python", help="interpreter of the baseline (another venv: e.g. other "
+                                              "dependency versions); default this one")
     ap.add_argument("--no-ours", action="store_true")
     ap.add_argument("--ours", default=str(REPO), help="checkout to run as ours (default this one; e.g. a "
                                                       "`git archive HEAD` copy, so later edits are not measured)")
