@@ -47,6 +47,7 @@ def _overrides(cluster, results: Path) -> list[str]:
             "engines.sqlite.num_cpus=2", "engines.duckdb.num_cpus=2",
             "pipeline.exec_batch_size=1",  # one actor call per execution: calls per node = executions per node
             "pipeline.max_inflight_exec=1", f"pipeline.score_batch_size={SCORE_BATCH}",
+            "pipeline.driver_scores=false",  # every batch a scoring task: tasks per node = batches there
             f"pipeline.flush_rows={SCORE_BATCH}"]  # every scored batch reaches the store at once
 
 

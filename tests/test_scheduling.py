@@ -40,11 +40,12 @@ def test_custom_resource_pins_the_execution_actor(ray_session, tmp_path):
 
 def test_scoring_tasks_in_flight_follow_the_cluster_cpus():
     """pipeline.max_inflight_score=auto: one scoring task (one worker process) per CPU left
-    after the busy ones (the driver, embedded engines' actors), at least one."""
+    after the busy ones (the driver, embedded engines' actors); none where no CPU is left (the
+    driver scores every batch)."""
     from polysql_ray.pipeline.scheduler import inflight_scores
 
-    assert [inflight_scores("auto", c) for c in (0.5, 2.0, 16.0, 64.0)] == [1, 2, 16, 64]
-    assert [inflight_scores("auto", c, 1 + 1) for c in (1.0, 2.0, 4.0)] == [1, 1, 2]
+    assert [inflight_scores("auto", c) for c in (0.5, 2.0, 16.0, 64.0)] == [0, 2, 16, 64]
+    assert [inflight_scores("auto", c, 1 + 1) for c in (1.0, 2.0, 4.0)] == [0, 0, 2]
     assert inflight_scores("auto", 16.0, 1 + 8) == 7
     assert inflight_scores(3, 64.0, 60) == 3  # a number is taken as given
     assert inflight_scores(0, 64.0) == 0      # none: the driver scores every batch

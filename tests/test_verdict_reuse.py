@@ -33,7 +33,7 @@ def _copy_sweep(tmp_path: Path) -> list[str]:
               f"{{name:copy,generator:replay,predictions:'{path}'}}]")
     return ["+sweep=quickstart", f"sweep.models={models}", "progress=false",
             # one scoring task at a time: an item's twin is always scored before it is submitted
-            "pipeline.max_inflight_score=1"]
+            "pipeline.max_inflight_score=1", "pipeline.driver_scores=false"]
 
 
 def _rows(out: Path) -> dict:

@@ -11,9 +11,10 @@ moving through three stages, all asynchronous on Ray:
 3. **scoring**: a batch of ``pipeline.score_batch_size`` items is scored by one Arrow task as
    soon as all its executions are done (at most ``pipeline.max_inflight_score`` in flight:
    by default one per CPU of the cluster left after the driver and the embedded engines'
-   actors, :func:`inflight_scores`); while the driver waits with every execution done and
-   every slot taken, it scores a ready batch itself (``pipeline.driver_scores``, the same
-   functions, so the same rows: :meth:`Scheduler._driver_idle`);
+   actors, :func:`inflight_scores`; none where no CPU is left: the driver scores every batch);
+   while the driver waits with every execution done and every slot taken, it scores a ready
+   batch itself (``pipeline.driver_scores``; the same functions, so the same rows:
+   :meth:`Scheduler._driver_idle`);
    rows go to the results store through a writer that flushes by rows and by seconds.
 
 Memory. The driver holds at most :attr:`Scheduler.pending` items (the caller keeps it under
@@ -76,16 +77,16 @@ def inflight_scores(setting: int | str, cluster_cpus: float, busy_cores: int = 0
     """Scoring tasks kept in flight (``pipeline.max_inflight_score``): an integer as given;
     ``auto``: one per CPU of the cluster left after ``busy_cores`` (the driver and the execution
     actors of embedded engines, each of which keeps about one core busy with its engine's child
-    process), at least 1. Each task in flight holds a Ray worker process (~230 MiB RSS once the
-    comparison modules are loaded), and a scoring task is CPU-bound, so tasks beyond the free
-    cores add memory and no throughput: on 2 CPUs with one SQLite actor, one scorer instead of
-    two kept the realistic sweep's wall within 4% and its tree 230 MiB smaller
-    (benchmarks/bench_realistic.py). ``0``: no scoring task, the driver scores every batch
-    itself once its executions are done (one process: a comparison can be followed in a
-    debugger; :meth:`Scheduler._driver_idle`). Errors: ValueError for anything else (config
-    validation names the key)."""
+    process), possibly none. Each task in flight holds a Ray worker process (~220 MiB RSS once
+    the comparison modules are loaded), and a scoring task is CPU-bound, so tasks beyond the
+    free cores add memory and no throughput. ``0`` (``auto`` where no CPU is left, e.g. 2 CPUs
+    with one SQLite actor): no scoring task, the driver scores every batch itself once its
+    executions are done (:meth:`Scheduler._driver_idle`): on the realistic sweep on 2 CPUs the
+    same wall as one scoring task (29.6 vs 29.1 s), 1.4 s less CPU and 229 MiB less memory (831
+    vs 1,060 MiB; benchmarks/bench_realistic.py), and one process a debugger can follow.
+    Errors: ValueError for anything else (config validation names the key)."""
     if str(setting) == "auto":
-        return max(1, int(round(cluster_cpus)) - int(busy_cores))
+        return max(0, int(round(cluster_cpus)) - int(busy_cores))
     n = int(setting)
     if n < 0:
         raise ValueError(f"pipeline.max_inflight_score must be auto or >= 0 (got {setting!r})")
@@ -483,9 +484,9 @@ class Scheduler:
         """Whether the driver scores a ready batch itself (``pipeline.driver_scores``): only
         while it waits (:meth:`wait_below`, :meth:`drain`) with every scoring slot taken and no
         execution queued, running or being proven, i.e. when its core and the engines' would
-        otherwise idle (the tail of a sweep: the last batches wait for the one scorer that
-        ``auto`` gives 2 CPUs). With ``pipeline.max_inflight_score=0`` it scores every ready
-        batch. The same functions score the batch, so its rows are the same."""
+        otherwise idle (the tail of a sweep: the last batches wait for the scoring tasks). With
+        no scoring task (``max_inflight_score`` 0, or ``auto`` with no CPU left) it scores every
+        ready batch. The same functions score the batch, so its rows are the same."""
         if self._here:
             return False
         if self.max_score == 0:
