@@ -440,3 +440,40 @@ def test_sqlglot_fallback_warning_is_not_printed_per_parse(caplog):
     assert verdict.action == "reject", verdict
     assert logging.getLogger("sqlglot").getEffectiveLevel() == logging.ERROR
     assert not [r for r in caplog.records if r.name.startswith("sqlglot")]
+
+
+@pytest.mark.slow
+def test_an_over_long_copy_of_the_gold_is_rejected_never_proven(ray_session, tmp_path):
+    """The gold itself padded past ``limits.max_sql_chars`` with a comment: the sandbox refuses
+    it unparsed, so no structural proof may pass it first, in a sweep (``structural_check=prove``
+    before every engine) or in ``score_sql`` (red team, 2026-12-04: it passed ``proven``)."""
+    import json
+    import sqlite3
+
+    from polysql_ray.comparison import score_sql
+    from polysql_ray.engines.base import Limits
+    from polysql_ray.pipeline.driver import run
+    from polysql_ray.store.parquet import ResultsStore
+
+    questions = [json.loads(x) for x in (REPO / "polysql_ray/quickstart/data/questions.jsonl").read_text().splitlines()
+                 if x.strip()]
+    pad = "\n-- " + "x" * 2_000
+    rows = [{"question_id": q["question_id"], "pred_sql": q["gold_sql"] + (pad if i < 5 else "")}
+            for i, q in enumerate(questions)]
+    pfile = tmp_path / "preds.jsonl"
+    pfile.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run(*compose(["progress=false", "model=replay", f"model.predictions={pfile}", "limits.max_sql_chars=1000",
+                  "pipeline.structural_check=prove", f"results_dir={tmp_path / 'r'}", "dialects=[sqlite,duckdb]"]))
+    stored = ResultsStore(tmp_path / "r").read().to_pylist()
+    long_ids = {r["question_id"] for r in rows[:5]}
+    padded = [r for r in stored if r["question_id"] in long_ids]
+    assert len(padded) == 10 and all(r["pred_status"] == "rejected" and r["verdict"] == "fail" for r in padded)
+    assert not [r for r in padded if r["structural"] == "equivalent"]
+    # the unpadded golds are proven (the check ran), so the padded ones were left out of it
+    assert any(r["structural"] == "equivalent" for r in stored if r["question_id"] not in long_ids)
+    q = questions[0]
+    db = tmp_path / f"{q['db_id']}.sqlite"
+    with sqlite3.connect(db) as con:
+        con.executescript((REPO / "polysql_ray/quickstart/data" / f"{q['db_id']}.sql").read_text())
+    res = score_sql(q["gold_sql"], rows[0]["pred_sql"], database=str(db), limits=Limits(max_sql_chars=1000))
+    assert res.verdict == "fail" and res.reason == "pred_rejected" and res.basis != "proven", res

@@ -288,9 +288,12 @@ class ResultSetEquivalence:
 
         pol = self.policy
         gold_sql = executed_sql(case.gold_sql, case.gold_dialect, pol)
-        pred_sql = executed_sql(case.pred_sql, case.pred_dialect, pol)
+        # longer than limits.max_sql_chars: seen by no parser, refused by the engine (rejected),
+        # as in the sweep (pipeline.planner.Planner)
+        too_long = self.limits.refuse_length(case.pred_sql) is not None
+        pred_sql = case.pred_sql if too_long else executed_sql(case.pred_sql, case.pred_dialect, pol)
         proven = False
-        if self.structural and pred_sql.strip():
+        if self.structural and pred_sql.strip() and not too_long:
             proven = AstCheck(engine_settings=self.engine_settings).check(
                 replace(case, gold_sql=gold_sql, pred_sql=pred_sql)).verdict == "pass"
         opened: list = []
@@ -318,8 +321,8 @@ class ResultSetEquivalence:
             if gold.ok and pred_sql.strip() and not proven:
                 where = case.pred_location or case.gold_location
                 pred = self._run(pred_engine, where, pred_sql)
-                pred_shape = analyze_prediction(pred_sql, case.pred_dialect)  # as the sweep's planner
-                if pred.ok and not pred_shape.static:
+                pred_shape = None if too_long else analyze_prediction(pred_sql, case.pred_dialect)  # as the planner
+                if pred.ok and pred_shape is not None and not pred_shape.static:
                     pred_probe = self._run(pred_engine, where, pred_shape.cut_probe_sql) \
                         if pred_shape.cut_probe_sql else None
                     pred_ties = self._run(pred_engine, where, pred_shape.ties_probe_sql) \

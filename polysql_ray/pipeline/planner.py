@@ -19,10 +19,13 @@ class Planner:
         locations: ``{(dataset, db_id, engine): location}`` of the replicas.
         failed: ``{(dataset, db_id, engine)}`` whose copy failed: their items are left out
             (unscored; a rerun retries them) and counted in :attr:`left_out`.
+        max_sql_chars: ``limits.max_sql_chars``: a longer prediction is seen by no parser here
+            (no policy rewrite, no analysis, no probe); its execution is refused ``rejected``
+            (:meth:`polysql_ray.engines.base.Limits.refuse_length`).
     """
 
-    def __init__(self, grid, locations: dict, failed: set) -> None:
-        self.grid, self.failed = grid, failed
+    def __init__(self, grid, locations: dict, failed: set, max_sql_chars: int = 100_000) -> None:
+        self.grid, self.failed, self.max_sql_chars = grid, failed, max_sql_chars
         self.left_out = 0
         self._where: dict[tuple[str, str, str], str | None] = {}
         for ds, srcs in grid.sources.items():
@@ -80,7 +83,9 @@ class Planner:
                     ties = request(ex.source_engine, src.location, shape.ties_probe_sql, ex.db_id)
                 if pred.status is GenStatus.OK and pred.pred_sql.strip():
                     loc = self.location(ex.dataset, ex.db_id, cell.target_engine)
-                    if loc is not None:
+                    if loc is not None and len(pred.pred_sql) > self.max_sql_chars:
+                        pr = request(cell.target_engine, loc, pred.pred_sql, ex.db_id)  # refused unparsed
+                    elif loc is not None:
                         pred_sql = executed_sql(pred.pred_sql, pred_dialect, policy)
                         pr = request(cell.target_engine, loc, pred_sql, ex.db_id)
                         pred_shape = self.pred_shape(pred_sql, pred_dialect)
