@@ -1,6 +1,7 @@
 """Replay and gold generators and the generator registry (real Spider prediction files)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections import Counter
@@ -213,3 +214,26 @@ def test_replay_without_a_file_or_with_a_folder_says_what_to_set(tmp_path):
         ReplayGenerator.from_config({"name": "m", "generator": "replay", "predictions": "???"})
     with pytest.raises(ReplayError, match=r"is a folder, not a file"):
         ReplayGenerator("m", tmp_path)
+
+
+def test_a_lines_file_out_of_line_is_caught_by_its_db_ids_and_a_short_one_is_announced(tmp_path, capsys):
+    """A ``<SQL>\\t<db_id>`` line naming the database of another question means a line is
+    missing or added above it (red team: a deleted line under allow_partial shifted every later
+    answer, EX 47% instead of 97%, rc 0); a short file under allow_partial says on stderr how
+    its lines are taken."""
+    examples = _examples(2, "a") + [dataclasses.replace(e, question_id=f"q{e.position + 2}", position=e.position + 2,
+                                                          extra={"dataset_size": 4}) for e in _examples(2, "b")]
+    examples = [dataclasses.replace(e, extra={"dataset_size": 4}) for e in examples]
+    f = tmp_path / "p.sql"
+    f.write_text("SELECT 0\ta\nSELECT 2\tb\nSELECT 3\tb\n")  # line 2 (q1 on a) deleted
+    for partial in (False, True):
+        with pytest.raises(ReplayError, match=r"line 2 names database 'b' but example 'q1' is on 'a'"):
+            ReplayGenerator("m", f, allow_partial=partial).generate(examples, "sqlite", "none")
+    f.write_text("SELECT 0\ta\nSELECT 1\ta\nSELECT 2\tb\n")  # cut short: the last one is missing
+    gen = ReplayGenerator("m", f, allow_partial=True)
+    gen.check(examples, ["sqlite"])
+    err = capsys.readouterr().err
+    assert "has 3 lines for 4 examples" in err and "the last 1 are scored 'missing'" in err
+    assert [p.status for p in gen.generate(examples, "sqlite", "none")] == [GenStatus.OK] * 3 + [GenStatus.MISSING]
+    with pytest.raises(ReplayError, match=r"model.allow_partial=true scores the examples after line 3 as 'missing'"):
+        ReplayGenerator("m", f).generate(examples, "sqlite", "none")

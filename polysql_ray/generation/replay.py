@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -141,6 +142,12 @@ class ReplayGenerator:
         cluster starts or anything is replicated. Raises :class:`ReplayError` like ``generate``."""
         if self.format == "lines":
             self._align_lines(examples)
+            expected = max((int(e.extra.get("dataset_size", 0) or 0) for e in examples), default=0) or len(examples)
+            if len(self._lines) < expected:  # allow_partial (else _align_lines raised)
+                print(f"polysql_ray: warning: {self.path} has {len(self._lines)} lines for {expected} "
+                      f"examples: line i answers example i, the last {expected - len(self._lines)} are "
+                      "scored 'missing' (model.allow_partial); a line missing in the middle would shift "
+                      "every later answer", file=sys.stderr)
         else:
             for d in dialects:
                 self._align_jsonl(examples, d, "-")
@@ -156,11 +163,21 @@ class ReplayGenerator:
                 f"prediction file {self.path} has {n} lines but the dataset has {expected} examples; "
                 f"one SQL per line in dataset order is required: line {expected + 1} on has no "
                 "question to answer (is the file for another dataset or split?)")
+        dbs = {e.db_id for e in examples}
+        for e in examples:  # a "<SQL>\t<db_id>" line of another question: out of line
+            raw = self._lines[e.position] if e.position < n else ""
+            tail = raw.rpartition("\t")[2].strip() if "\t" in raw else None
+            if tail in dbs and tail != e.db_id:
+                raise ReplayError(
+                    f"{self.path}, line {e.position + 1} names database {tail!r} but example "
+                    f"{e.question_id!r} is on {e.db_id!r}: the file is out of line with the dataset "
+                    "(a line missing or added above it?)")
         if n != expected and not self.allow_partial:
             raise ReplayError(
                 f"prediction file {self.path} has {n} lines but the dataset has {expected} examples; "
-                "one SQL per line in dataset order is required (set model.allow_partial=true to score the "
-                "missing ones as 'missing')")
+                "one SQL per line in dataset order is required. A file cut short: "
+                f"model.allow_partial=true scores the examples after line {n} as 'missing'; a line "
+                "missing elsewhere would shift every later answer (JSONL with question_id cannot)")
         out: list[_Row | None] = []
         for e in examples:
             if e.position < n:
