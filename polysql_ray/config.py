@@ -90,10 +90,16 @@ def validate(cfg: dict) -> None:
     from polysql_ray.engines.base import Limits
     from polysql_ray.errors import ConfigError
 
+    import dataclasses
+
+    known = [f.name for f in dataclasses.fields(Limits)]
+    unknown = sorted(set(cfg.get("limits") or {}) - set(known))
+    if unknown:
+        raise ConfigError(f"unknown limits key(s) {unknown}: check the spelling (known: {', '.join(known)})")
     try:
         Limits(**(cfg.get("limits") or {}))
     except TypeError as exc:
-        raise ConfigError(f"limits: {exc}; known: timeout_s, row_cap, max_bytes, max_sql_chars, memory_mb") from None
+        raise ConfigError(f"limits: {exc}; known: {', '.join(known)}") from None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     mode = str((cfg.get("pipeline") or {}).get("structural_check", "auto"))

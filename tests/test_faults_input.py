@@ -39,6 +39,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     ("policy.abs_tol=abc", "policy: could not convert string to float"),
     ("+policy.abs_toll=1e-3", "policy: unknown comparison policy field(s): ['abs_toll']"),
     ("+datset=spider", "unknown config key(s) ['datset']: check the spelling"),
+    ("+limits.timout_s=5", "unknown limits key(s) ['timout_s']: check the spelling (known: timeout_s, row_cap"),
     ("pipeline.flush_rows=lots", "pipeline.flush_rows must be a whole number >= 1 (got 'lots')"),
     ("pipeline.flush_rows=0", "pipeline.flush_rows must be a whole number >= 1 (got 0)"),
     ("pipeline.flush_s=-1", "pipeline.flush_s must be a number >= 0 (got -1)"),
