@@ -237,3 +237,12 @@ def test_a_lines_file_out_of_line_is_caught_by_its_db_ids_and_a_short_one_is_ann
     assert [p.status for p in gen.generate(examples, "sqlite", "none")] == [GenStatus.OK] * 3 + [GenStatus.MISSING]
     with pytest.raises(ReplayError, match=r"model.allow_partial=true scores the examples after line 3 as 'missing'"):
         ReplayGenerator("m", f).generate(examples, "sqlite", "none")
+
+
+def test_format_lines_on_a_jsonl_file_is_refused(tmp_path):
+    """model.format=lines on JSONL scored every answer as a JSON text, EX 0 with rc 0 (red team)."""
+    f = tmp_path / "p.txt"
+    f.write_text('{"question_id": "q0", "pred_sql": "SELECT 0"}\n')
+    with pytest.raises(ReplayError, match=r"is JSONL .* but model.format=lines: set model.format=jsonl or auto"):
+        ReplayGenerator("m", f, format="lines")
+    assert ReplayGenerator("m", f).format == "jsonl"

@@ -94,6 +94,10 @@ class ReplayGenerator:
         if text.startswith("\ufeff"):
             text = text[1:]
         self.format = format if format != "auto" else _sniff(text, self.path)
+        if format == "lines" and next((ln.strip() for ln in text.split("\n") if ln.strip()), "").startswith("{"):
+            # no SQL statement starts with "{": as lines every answer would be a JSON text (EX 0)
+            raise ReplayError(f"prediction file {self.path} for model {model!r} is JSONL (its first line is "
+                              f"a JSON object) but model.format=lines: set model.format=jsonl or auto")
         opts = json.dumps({"format": self.format, "strip_semicolon": self.strip_semicolon,
                            "allow_partial": self.allow_partial}, sort_keys=True)
         self._fingerprint = "replay-v1:" + hashlib.sha256(data + b"\0" + opts.encode()).hexdigest()
