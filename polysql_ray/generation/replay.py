@@ -146,7 +146,7 @@ class ReplayGenerator:
         cluster starts or anything is replicated. Raises :class:`ReplayError` like ``generate``."""
         if self.format == "lines":
             self._align_lines(examples)
-            expected = max((int(e.extra.get("dataset_size", 0) or 0) for e in examples), default=0) or len(examples)
+            expected = _dataset_size(examples)
             if len(self._lines) < expected:  # allow_partial (else _align_lines raised)
                 print(f"polysql_ray: warning: {self.path} has {len(self._lines)} lines for {expected} "
                       f"examples: line i answers example i, the last {expected - len(self._lines)} are "
@@ -159,7 +159,7 @@ class ReplayGenerator:
     # -- alignment -------------------------------------------------------------------
     def _align_lines(self, examples: Sequence[Example]) -> list[_Row | None]:
         n = len(self._lines)
-        expected = max((int(e.extra.get("dataset_size", 0) or 0) for e in examples), default=0) or len(examples)
+        expected = _dataset_size(examples)
         if n > expected and not any(line.strip() for line in self._lines[expected:]):
             n = expected  # blank lines at the end of the file answer nothing
         if n > expected:  # allow_partial covers missing answers, never a file out of line
@@ -269,6 +269,12 @@ def _split_lines(text: str) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def _dataset_size(examples: Sequence[Example]) -> int:
+    """Examples of the whole dataset (``extra["dataset_size"]``; the run may hold a subset):
+    the lines a ``lines`` file must have, one per example in dataset order."""
+    return max((int(e.extra.get("dataset_size", 0) or 0) for e in examples), default=0) or len(examples)
 
 
 def _clean_line(line: str, db_id: str) -> str:

@@ -515,8 +515,7 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
 
                 stats.suite = SuiteStage.prepare(cfg, grid, cells, progress, stats, replicate_task, server_settings,
                                                  originals=locations)
-                planner = Planner(grid, locations, stats.failed_replicas,  # 5
-                                  int(cfg["limits"].get("max_sql_chars", 100_000)))
+                planner = Planner(grid, locations, stats.failed_replicas, Limits(**(cfg.get("limits") or {})))  # 5
                 t0 = time.perf_counter()
                 schedule(cfg, grid, cells, pending, feed, planner, locations, store, progress, stats,
                          run_id, clock, window, chunk, mode, suite=stats.suite)  # 6

@@ -19,13 +19,15 @@ class Planner:
         locations: ``{(dataset, db_id, engine): location}`` of the replicas.
         failed: ``{(dataset, db_id, engine)}`` whose copy failed: their items are left out
             (unscored; a rerun retries them) and counted in :attr:`left_out`.
-        max_sql_chars: ``limits.max_sql_chars``: a longer prediction is seen by no parser here
-            (no policy rewrite, no analysis, no probe); its execution is refused ``rejected``
-            (:meth:`polysql_ray.engines.base.Limits.refuse_length`).
+        limits: the run's :class:`~polysql_ray.engines.base.Limits`: a prediction its
+            :meth:`~polysql_ray.engines.base.Limits.refuse_length` refuses is seen by no parser
+            here (no policy rewrite, no analysis, no probe); its execution is ``rejected``.
     """
 
-    def __init__(self, grid, locations: dict, failed: set, max_sql_chars: int = 100_000) -> None:
-        self.grid, self.failed, self.max_sql_chars = grid, failed, max_sql_chars
+    def __init__(self, grid, locations: dict, failed: set, limits=None) -> None:
+        from polysql_ray.engines.base import Limits
+
+        self.grid, self.failed, self.limits = grid, failed, limits or Limits()
         self.left_out = 0
         self._where: dict[tuple[str, str, str], str | None] = {}
         for ds, srcs in grid.sources.items():
@@ -83,7 +85,7 @@ class Planner:
                     ties = request(ex.source_engine, src.location, shape.ties_probe_sql, ex.db_id)
                 if pred.status is GenStatus.OK and pred.pred_sql.strip():
                     loc = self.location(ex.dataset, ex.db_id, cell.target_engine)
-                    if loc is not None and len(pred.pred_sql) > self.max_sql_chars:
+                    if loc is not None and self.limits.refuse_length(pred.pred_sql) is not None:
                         pr = request(cell.target_engine, loc, pred.pred_sql, ex.db_id)  # refused unparsed
                     elif loc is not None:
                         pred_sql = executed_sql(pred.pred_sql, pred_dialect, policy)

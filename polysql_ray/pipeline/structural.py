@@ -152,13 +152,15 @@ class StructuralJob:
 
         if self.mode == "off":
             return self
-        # the sandbox refuses longer SQL unparsed (rejected): no proof may pass it first
-        max_chars = int(((self.cfg or {}).get("limits") or {}).get("max_sql_chars", 100_000))
+        from polysql_ray.engines.base import Limits
+
+        # SQL the sandbox refuses unparsed (rejected, Limits.refuse_length): no proof may pass it first
+        limits = Limits(**((self.cfg or {}).get("limits") or {}))
         seen: dict[tuple, None] = {}
         for it in items:
             ex, pred = it.example, it.prediction
             if it.gold is None or pred.status.value != "ok" or not pred.pred_sql.strip() \
-                    or len(pred.pred_sql) > max_chars:
+                    or limits.refuse_length(pred.pred_sql) is not None:
                 continue
             if not proves_before(self.mode, it.cell.target_engine, self.cfg):
                 continue
