@@ -161,6 +161,7 @@ SETTINGS: dict[str, tuple[str, float | None, bool]] = {
     "pipeline.exec_cache_size": ("int", 0, True),
     "pipeline.verdict_cache_size": ("int", 0, True),   # 0: every item scored by a task
     "pipeline.driver_scores": ("bool", None, True),
+    "pipeline.plan_ahead": ("bool", None, True),
     "pipeline.flush_rows": ("int", 1, True),
     "pipeline.flush_s": ("number", 0, True),   # 0: write after every scored batch
     "pipeline.score_num_cpus": ("number", 0, False),

@@ -66,7 +66,7 @@ from polysql_ray.pipeline.cluster import (  # noqa: F401 (init_ray, ray_init_kwa
     RunCluster, check_fits, init_ray, ray_init_kwargs,
 )
 from polysql_ray.pipeline.plan import Cell
-from polysql_ray.pipeline.planner import MalformedWarnings, Planner
+from polysql_ray.pipeline.planner import MalformedWarnings, PlanAhead, Planner
 from polysql_ray.pipeline.progress import Progress
 from polysql_ray.pipeline.replicate import replicate, replicate_task, replication_fingerprint
 from polysql_ray.pipeline.settings import engine_settings_of, server_settings
@@ -106,6 +106,7 @@ class RunStats:
     exec_reused: int = 0        # needs met by an execution already run or running (LRU, in flight)
     verdicts_reused: int = 0    # items whose verdict was an identical earlier item's (not rescored)
     batches_scored_in_driver: int = 0  # scoring batches the waiting driver scored itself
+    planned_ahead: int = 0      # items analyzed while the cluster started (planner.PlanAhead)
     exec_repeated: int = 0      # executions of a key this run had already executed (evicted from
                                 # the LRU, needed again); tracked for the first 1M unique keys
     engine_s: dict = field(default_factory=lambda: collections.defaultdict(float))
@@ -385,9 +386,10 @@ def schedule(cfg: dict, grid: Grid, cells: list[Cell], pending: dict, feed, plan
     warnings = MalformedWarnings()
     with Scheduler(cfg, store, progress, stats, run_id, grid.policy, clock,
                    engine_settings=engine_settings, suite=suite, policies=grid.policies) as sched:
+        sched.start_engines(run_engines(grid, cells))  # their processes start while the first chunk is planned
         for cell in cells:
             keys = score_keys(grid, cell)
-            wanted = None if pending[cell.key] is ALL else set(pending[cell.key])
+            wanted = pending_of(pending, cell)
             prove = proves_before(mode, cell.target_engine, cfg)
             last = False
             while not last:  # the cell's predictions, batch by batch as they are generated
@@ -407,6 +409,17 @@ def schedule(cfg: dict, grid: Grid, cells: list[Cell], pending: dict, feed, plan
             del keys
         sched.drain()
     warnings.close()
+
+
+def run_engines(grid: Grid, cells: list[Cell]) -> list[str]:
+    """The engines whose execution actors ``cells`` need: their target engines and their
+    datasets' source engines (sorted)."""
+    return sorted({c.target_engine for c in cells} | {src.engine for c in cells for src in grid.sources[c.dataset]})
+
+
+def pending_of(pending: dict, cell: Cell) -> set[int] | None:
+    """The question indices of ``cell`` still to score (:func:`pending_work`), None for all."""
+    return None if pending[cell.key] is ALL else set(pending[cell.key])
 
 
 def _next_batch(feed, cell: Cell, sched, progress: Progress) -> tuple[list[int], list[Prediction], bool]:
@@ -498,15 +511,25 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
     try:
         with Progress(enabled=bool(cfg.get("progress", True)), console=console) as progress:
             if cells:
-                cluster.start()
-                check_fits(cfg, sorted({c.target_engine for c in cells}
-                                       | {src.engine for c in cells for src in grid.sources[c.dataset]}),
+                planner = Planner(grid, {}, stats.failed_replicas, Limits(**(cfg.get("limits") or {})))  # 5
+
+                def new_feed():  # 4: model generators start on the first cells while the copies are made
+                    return GenerationFeed(gen_stage, grid.generators, grid.datasets, cells,
+                                          prefetch=int(pcfg.get("generation_prefetch_cells", 1)), clock=clock,
+                                          batch_size=int(pcfg.get("generation_batch_size", 0)),
+                                          pending=pending)
+
+                if bool(pcfg.get("plan_ahead", True)) and \
+                        not any(getattr(grid.generators[c.model], "uses_prompts", False) for c in cells):
+                    # files only (replay, gold): the first batches are analyzed while Ray starts
+                    with PlanAhead(new_feed(), planner, cells, lambda c: pending_of(pending, c)) as feed:
+                        cluster.start()
+                    stats.planned_ahead = feed.analyzed
+                else:
+                    cluster.start()
+                check_fits(cfg, run_engines(grid, cells),
                            {c.model: grid.generators[c.model] for c in cells})  # pools that will start
-                # 4: model generators start on the first cells while the copies are made
-                feed = GenerationFeed(gen_stage, grid.generators, grid.datasets, cells,
-                                      prefetch=int(pcfg.get("generation_prefetch_cells", 1)), clock=clock,
-                                      batch_size=int(pcfg.get("generation_batch_size", 0)),
-                                      pending=pending)
+                feed = feed or new_feed()
                 t0 = time.perf_counter()
                 locations = replicate(grid, cells, cfg, progress, stats, clock)  # 3
                 stats.stage_s["replicate"] = time.perf_counter() - t0
@@ -515,7 +538,7 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
 
                 stats.suite = SuiteStage.prepare(cfg, grid, cells, progress, stats, replicate_task, server_settings,
                                                  originals=locations)
-                planner = Planner(grid, locations, stats.failed_replicas, Limits(**(cfg.get("limits") or {})))  # 5
+                planner.locate(locations)
                 t0 = time.perf_counter()
                 schedule(cfg, grid, cells, pending, feed, planner, locations, store, progress, stats,
                          run_id, clock, window, chunk, mode, suite=stats.suite)  # 6

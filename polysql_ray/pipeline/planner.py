@@ -4,6 +4,7 @@ replica location known); warnings for predictions whose text cannot be sent."""
 from __future__ import annotations
 
 import sys
+import time
 
 from polysql_ray.generation.base import GenStatus
 from polysql_ray.pipeline.plan import Cell, ExecRequest, WorkItem, exec_key
@@ -22,6 +23,10 @@ class Planner:
         limits: the run's :class:`~polysql_ray.engines.base.Limits`: a prediction its
             :meth:`~polysql_ray.engines.base.Limits.refuse_length` refuses is seen by no parser
             here (no policy rewrite, no analysis, no probe); its execution is ``rejected``.
+
+    The location-free half of planning (the policy rewrite and the analysis of each unique
+    gold and predicted SQL, :meth:`analyze`) may run before the replicas are known, e.g. while
+    the cluster starts (:class:`PlanAhead`); :meth:`locate` adds the replicas' locations.
     """
 
     def __init__(self, grid, locations: dict, failed: set, limits=None) -> None:
@@ -37,6 +42,10 @@ class Planner:
         self._gold_sql: dict[tuple[str, str], str] = {}
         self._pred_shapes: dict[tuple[str, str], object] = {}
 
+    def locate(self, locations: dict) -> None:
+        """Add replica locations (``{(dataset, db_id, engine): location}``, :func:`replicate`'s)."""
+        self._where.update(locations)
+
     def location(self, dataset: str, db_id: str, engine: str) -> str | None:
         """The database copy of ``db_id`` in ``engine`` (the source itself on its own engine)."""
         return self._where.get((dataset, db_id, engine))
@@ -47,10 +56,9 @@ class Planner:
         ``preds[i]`` is the Prediction of example ``i`` (a list in example order, or a dict of
         one generated batch)."""
         from polysql_ray.comparison.prepare import executed_sql
-        from polysql_ray.comparison.shape import analyze_gold
         from polysql_ray.engines.registry import default_dialect
 
-        grid, shapes = self.grid, self.grid.shapes
+        grid = self.grid
         policy = grid.policies.get(cell.policy, grid.policy)
         examples = grid.datasets[cell.dataset]
         pred_dialect = default_dialect(cell.target_engine)
@@ -71,12 +79,7 @@ class Planner:
             gold = probe = pr = ties = pred_probe = pred_ties = None
             shape = pred_shape = None
             if ex.gold_error is None:
-                sk = (ex.gold_sql, ex.gold_dialect, policy.distinct)  # policy.distinct rewrites it
-                if sk not in shapes:
-                    gold_sql = executed_sql(ex.gold_sql, ex.gold_dialect, policy)
-                    shapes[sk] = analyze_gold(gold_sql, ex.gold_dialect)
-                    self._gold_sql[sk] = gold_sql
-                shape, gold_sql = shapes[sk], self._gold_sql[sk]
+                shape, gold_sql = self._gold(ex, policy)
                 src = ex.database
                 gold = request(ex.source_engine, src.location, gold_sql, ex.db_id)
                 if getattr(shape, "probe_sql", None):
@@ -98,6 +101,45 @@ class Planner:
             items.append(WorkItem(keys[i], cell, ex, pred, gold, probe, pr, shape, ties_probe=ties,
                                   pred_shape=pred_shape, pred_probe=pred_probe, pred_ties_probe=pred_ties))
         return items, requests
+
+    def analyze(self, cell: Cell, indices, preds, between=None) -> int:
+        """The location-free half of :meth:`plan` for ``indices`` of ``cell``: the policy
+        rewrite and analysis of each gold and predicted SQL, into the caches :meth:`plan` reads
+        (the same calls, so a planned item is the same whether or not it was analyzed first).
+        ``between()``: called before each item; False stops. Returns how many were done."""
+        from polysql_ray.comparison.prepare import executed_sql
+        from polysql_ray.engines.registry import default_dialect
+
+        policy = self.grid.policies.get(cell.policy, self.grid.policy)
+        examples = self.grid.datasets[cell.dataset]
+        pred_dialect = default_dialect(cell.target_engine)
+        done = 0
+        for i in indices:
+            if between is not None and not between():
+                break
+            ex, pred = examples[i], preds[i]
+            done += 1
+            if ex.gold_error is not None:
+                continue
+            self._gold(ex, policy)
+            if pred.status is GenStatus.OK and pred.pred_sql.strip() and \
+                    self.limits.refuse_length(pred.pred_sql) is None:
+                self.pred_shape(executed_sql(pred.pred_sql, pred_dialect, policy), pred_dialect)
+        return done
+
+    def _gold(self, ex, policy):
+        """(``analyze_gold`` shape, executed gold SQL) of ``ex`` under ``policy``, once per
+        unique (gold SQL, dialect, ``policy.distinct``) (``policy.distinct`` rewrites it)."""
+        from polysql_ray.comparison.prepare import executed_sql
+        from polysql_ray.comparison.shape import analyze_gold
+
+        shapes = self.grid.shapes
+        sk = (ex.gold_sql, ex.gold_dialect, policy.distinct)
+        if sk not in shapes:
+            gold_sql = executed_sql(ex.gold_sql, ex.gold_dialect, policy)
+            shapes[sk] = analyze_gold(gold_sql, ex.gold_dialect)
+            self._gold_sql[sk] = gold_sql
+        return shapes[sk], self._gold_sql[sk]
 
     def pred_shape(self, pred_sql: str, dialect: str):
         """:func:`~polysql_ray.comparison.shape.analyze_prediction` of a prediction, once per
@@ -138,3 +180,79 @@ class MalformedWarnings:
         if self.seen > self.show:
             print(f"polysql_ray: warning: ... and {self.seen - self.show} more predictions with malformed text",
                   file=sys.stderr)
+
+
+class PlanAhead:
+    """A generation feed whose first batches were analyzed (:meth:`Planner.analyze`) while
+    the run's cluster started: ``with PlanAhead(...) as feed: cluster.start()``, then ``feed``
+    is used as the feed it wraps. A thread takes the cells' batches in order, without waiting
+    (``take(timeout=0)``: replay and gold read their files; nothing is generated), holds them
+    and analyzes their pending items until the block ends; the driver's own core, idle while
+    Ray's processes start, does the parsing the plan would otherwise do after it.
+
+    Only for feeds whose every generator reads files (no ``uses_prompts``): a model generator
+    starts only after the cluster's fit check (:func:`~polysql_ray.pipeline.cluster.check_fits`).
+    What goes wrong in the thread (a replay file that cannot be read) stops it; the batch is not
+    taken, so the driver's own ``take`` meets the same error where it always did.
+    """
+
+    def __init__(self, feed, planner: Planner, cells, wanted) -> None:
+        import threading
+
+        # wanted(cell): the cell's pending question indices (a set), None for all of them
+        self.feed, self.planner, self.cells, self.wanted = feed, planner, list(cells), wanted
+        self.analyzed = 0
+        self._held: dict[str, list] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._ahead, daemon=True, name="plan-ahead")
+
+    def __enter__(self) -> "PlanAhead":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def join(self) -> None:
+        """Wait until the thread has taken and analyzed all it can, without stopping it (the
+        driver stops it when the cluster is up; a test lets it finish)."""
+        self._thread.join()
+
+    def _ahead(self) -> None:
+        try:
+            for cell in self.cells:
+                wanted = self.wanted(cell)
+                last = False
+                while not last and not self._stop.is_set():
+                    got = self.feed.take(cell, timeout=0)
+                    if got is None:
+                        return
+                    self._held.setdefault(cell.key, []).append(got)
+                    indices, preds, last = got
+                    by_index = dict(zip(indices, preds))
+                    self.analyzed += self.planner.analyze(
+                        cell, [i for i in indices if wanted is None or i in wanted], by_index, self._between)
+                if self._stop.is_set():
+                    return
+        except Exception:  # noqa: BLE001 - the driver's own take raises it (class docstring)
+            return
+
+    def _between(self) -> bool:
+        # the GIL is offered to ray.init between items: without it, each of its many short
+        # system calls waits out a switch interval (5 ms) for this thread, and Ray starts late
+        time.sleep(0)
+        return not self._stop.is_set()
+
+    def take(self, cell, timeout: float | None = None):
+        """The wrapped feed's ``take``, held batches first."""
+        held = self._held.get(cell.key)
+        if held:
+            got = held.pop(0)
+            if not held:
+                del self._held[cell.key]
+            return got
+        return self.feed.take(cell, timeout)
+
+    def close(self) -> None:
+        self.feed.close()

@@ -288,6 +288,13 @@ class Scheduler:
         self.queues[engine].append(req)
         self.progress.grow(self.ptasks[engine], 1)
 
+    def start_engines(self, engines) -> None:
+        """Start the execution actors of ``engines`` now rather than at their first execution
+        (an actor's process and its engine take about a second to start)."""
+        for engine in engines:
+            if engine not in self.actors:
+                self._start_engine(engine)
+
     def _start_engine(self, engine: str) -> None:
         from polysql_ray.pipeline.actors import ExecutionActor
         from polysql_ray.pipeline.cluster import engine_actors

@@ -229,6 +229,7 @@ def write_run_summary(store: ResultsStore, stats) -> Path:
         "exec_reused": stats.exec_reused, "exec_repeated": getattr(stats, "exec_repeated", 0),
         "proven": stats.proven, "verdicts_reused": getattr(stats, "verdicts_reused", 0),
         "batches_scored_in_driver": getattr(stats, "batches_scored_in_driver", 0),
+        "planned_ahead": getattr(stats, "planned_ahead", 0),
         "generated": getattr(g, "generated", 0), "generations_reused": getattr(g, "reused", 0),
         "wall_s": round(stats.wall_s, 3), "stage_s": {k: round(v, 3) for k, v in stats.stage_s.items()},
         "stages": stats.clock.as_dict() if getattr(stats, "clock", None) is not None else {},
