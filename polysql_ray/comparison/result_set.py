@@ -224,6 +224,27 @@ def unmatched_rows(ge: np.ndarray, pe: np.ndarray, gf: np.ndarray, pf: np.ndarra
     return np.sort(np.concatenate(ug)), np.sort(np.concatenate(up)), capped
 
 
+def multiset_equal(ge: np.ndarray, pe: np.ndarray, gf: np.ndarray, pf: np.ndarray,
+                   policy: ComparisonPolicy) -> bool:
+    """Whether the gold rows and the predicted rows are equal multisets: the same as both
+    index arrays of :func:`unmatched_rows` being empty, for callers that need only that. Rows
+    compared exactly only (no tolerance column) are decided by sorting codes (one column) or
+    counting row ids, without the surplus indices; otherwise :func:`unmatched_rows` decides."""
+    n, m = len(ge), len(pe)
+    if n != m:  # every row is matched at most once: some row is left over
+        return False
+    if gf.shape[1]:
+        ug, up, _ = unmatched_rows(ge, pe, gf, pf, policy)
+        return len(ug) == 0 and len(up) == 0
+    if n == 0 or ge.shape[1] == 0 or bool((ge == pe).all()):
+        return True
+    if ge.shape[1] == 1:
+        return bool(np.array_equal(np.sort(ge[:, 0]), np.sort(pe[:, 0])))
+    gid = _row_ids(np.concatenate([ge, pe]))
+    ng = int(gid.max()) + 1
+    return bool(np.array_equal(np.bincount(gid[:n], minlength=ng), np.bincount(gid[n:], minlength=ng)))
+
+
 # ----------------------------------------------------------------------------- helpers
 def _stack(pairs: list[PairCodes]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(ge, pe, gf, pf) matrices from per-column pair codes."""
@@ -276,8 +297,7 @@ class _Ctx:
         return self._pairs[(i, j)]
 
     def column_equal(self, i: int, j: int) -> bool:
-        ug, up, _ = unmatched_rows(*_stack([self.pair(i, j)]), self.policy)
-        return len(ug) == 0 and len(up) == 0
+        return multiset_equal(*_stack([self.pair(i, j)]), self.policy)
 
     def signature(self, i: int, j: int) -> bytes:
         p = self.pair(i, j)
@@ -317,10 +337,10 @@ def _mappings(ctx: _Ctx, k: int, m: int, flags: list[str], positional: bool, cut
         budget[0] -= 1
         gi = sorted(assign)
         ge, pe, gf, pf = _stack([ctx.pair(i, assign[i]) for i in gi])
-        if cut is not None:
-            ge, gf = ge[:cut[0]], gf[:cut[0]]
-        ug, up, _ = unmatched_rows(ge, pe, gf, pf, ctx.policy)
-        return len(ug) == 0 and (cut is not None or len(up) == 0)
+        if cut is None:
+            return multiset_equal(ge, pe, gf, pf, ctx.policy)
+        ug, _, _ = unmatched_rows(ge[:cut[0]], pe, gf[:cut[0]], pf, ctx.policy)
+        return len(ug) == 0
 
     def rec(d: int, assign: dict[int, int]):
         if d == k:
@@ -465,6 +485,15 @@ def _evaluate(ctx: _Ctx, mapping: tuple[int, ...], ordered: bool, groups: np.nda
     n = gold.num_rows
     s = cut[0] if cut else n
     ge, pe, gf, pf = _stack([ctx.pair(i, j) for i, j in enumerate(mapping)])
+    if not samples and not cut and not gf.shape[1]:
+        # only the reason is read (``_compare(explain=False)``), the columns compare exactly (no
+        # tolerance matching, so never capped): multiset tests, without the unmatched rows
+        if not multiset_equal(ge, pe, gf, pf, policy):
+            return "values", Diff(n, pred.num_rows, column_mapping=mapping)
+        if ordered and not multiset_equal(np.hstack([ge, groups[:, None]]), np.hstack([pe, groups[:, None]]),
+                                          gf, pf, policy):
+            return "order", Diff(n, pred.num_rows, column_mapping=mapping)
+        return "match", Diff(n, pred.num_rows, column_mapping=mapping)
     ug, up, capped = unmatched_rows(ge[:s], pe, gf[:s], pf, policy)
     tail = None  # _not_tied of the predicted rows from s on, when already computed
     if cut:
@@ -709,7 +738,8 @@ def _compare(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
     """The comparison behind :func:`compare`. ``explain=False`` (the re-checks of
     :func:`_explain`, which read only ``match``): the same ``match``, without what only a
     reported result needs (the diff of a row-count mismatch, diff samples, the ``types``
-    re-check)."""
+    re-check; for exactly compared columns, the unmatched row counts and the first order
+    mismatch)."""
     if policy.empty_equal and gold.num_rows == 0 and pred.num_rows == 0:
         return Comparison(True, "match", (), Diff(0, 0))
     if policy.duplicates == "set":
