@@ -229,14 +229,29 @@ def multiset_equal(ge: np.ndarray, pe: np.ndarray, gf: np.ndarray, pf: np.ndarra
     """Whether the gold rows and the predicted rows are equal multisets: the same as both
     index arrays of :func:`unmatched_rows` being empty, for callers that need only that. Rows
     compared exactly only (no tolerance column) are decided by sorting codes (one column) or
-    counting row ids, without the surplus indices; otherwise :func:`unmatched_rows` decides."""
+    counting row ids, without the surplus indices. With one tolerance column the sorted pairing
+    of :func:`unmatched_rows` decides alone: a group whose sorted pairing fails leaves a row
+    to the two-pointer matching of :func:`_match_group` (it pairs the same sorted rows until
+    the first pair that is not close, and skips a row there), so that is not run. Several
+    tolerance columns: :func:`unmatched_rows` decides (bipartite matching)."""
     n, m = len(ge), len(pe)
     if n != m:  # every row is matched at most once: some row is left over
         return False
+    if n == 0:
+        return True
+    if gf.shape[1] == 1:
+        gid = _row_ids(np.concatenate([ge, pe]))
+        gg, pg = gid[:n], gid[n:]
+        ng = int(gid.max()) + 1
+        if not np.array_equal(np.bincount(gg, minlength=ng), np.bincount(pg, minlength=ng)):
+            return False  # an exactly compared value count differs
+        # equal counts per group: the i-th gold and predicted rows in (group, value) order pair up
+        og, op = np.lexsort([gf[:, 0], gg]), np.lexsort([pf[:, 0], pg])
+        return bool(close(gf[og], pf[op], policy).all())
     if gf.shape[1]:
         ug, up, _ = unmatched_rows(ge, pe, gf, pf, policy)
         return len(ug) == 0 and len(up) == 0
-    if n == 0 or ge.shape[1] == 0 or bool((ge == pe).all()):
+    if ge.shape[1] == 0 or bool((ge == pe).all()):
         return True
     if ge.shape[1] == 1:
         return bool(np.array_equal(np.sort(ge[:, 0]), np.sort(pe[:, 0])))
