@@ -485,3 +485,35 @@ def test_matches_is_compare_match(sq, dk):
             for consts in ((), (1,)):
                 assert matches(gold, pred, shape, policy, probe, pred_constants=consts) == \
                     compare(gold, pred, shape, policy, probe, pred_constants=consts).match, (g, p, policy)
+
+
+def test_multiset_equal_answers_as_unmatched_rows_does():
+    """multiset_equal (the yes/no of the mapping search and the re-checks) is the emptiness of
+    unmatched_rows on exact codes and on one or two tolerance columns, with inf, NaN placeholders
+    and values within and beyond the tolerance."""
+    import numpy as np
+
+    from polysql_ray.comparison.result_set import multiset_equal, unmatched_rows
+
+    policy = ComparisonPolicy()
+    rng = np.random.default_rng(7)
+    values = [0.0, -0.0, 1.0, 1.0 + 1e-7, 1.00002, 2.0, np.inf, -np.inf, np.nan, 1e9, 1e9 + 1]
+    seen = set()
+    for _ in range(3000):
+        n, ke = int(rng.integers(0, 7)), int(rng.integers(1, 3))
+        kf = min(int(rng.integers(0, 3)), ke)
+        ge = rng.integers(-1, 2, (n, ke)).astype(np.int64)
+        gf = rng.choice(values, (n, kf)).astype(np.float64)
+        perm = rng.permutation(n)
+        pe, pf = ge[perm].copy(), gf[perm].copy()
+        if n and rng.random() < 0.6:
+            i = int(rng.integers(0, n))
+            if kf and rng.random() < 0.7:
+                pf[i, int(rng.integers(0, kf))] = rng.choice([0.0, 1.0 + 2e-6, 1.0 + 1e-6, np.nan, np.inf, 1e9 + 0.5])
+            else:
+                pe[i, int(rng.integers(0, ke))] = int(rng.integers(-1, 2))
+        ug, up, _ = unmatched_rows(ge, pe, gf, pf, policy)
+        expected = len(ug) == 0 and len(up) == 0
+        assert multiset_equal(ge, pe, gf, pf, policy) == expected, (ge, gf, pe, pf)
+        seen.add((kf, expected))
+    assert seen == {(kf, e) for kf in (0, 1, 2) for e in (True, False)}

@@ -79,3 +79,26 @@ def test_unparsed_gold_falls_back_to_bag_and_limit_without_order_flagged():
     assert not s.ordered and "unparsed_gold" in s.flags
     assert "limit_without_order" in analyze_gold("SELECT a FROM t LIMIT 3", "sqlite").flags
     assert analyze_gold("(SELECT a FROM t ORDER BY a)", "sqlite").ordered
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT a FROM t WHERE b IN (SELECT b FROM u ORDER BY c LIMIT 2) LIMIT 1",
+    "SELECT a FROM t ORDER BY a LIMIT (SELECT count(*) FROM (SELECT x FROM u ORDER BY x LIMIT 3))",
+    "SELECT random(), now(), strftime('%Y', 'now'), current_date FROM t LIMIT 4",
+    "(SELECT a FROM (SELECT a FROM t ORDER BY a LIMIT 5) ORDER BY a)",
+])
+def test_one_walk_scan_is_the_flags_and_the_nested_cuts(sql):
+    """_scan (one walk) gives determinism_flags and _nested_cuts, with and without the top-level
+    LIMIT skipped, a SELECT inside that LIMIT included."""
+    from sqlglot import exp
+
+    from polysql_ray.comparison.shape import _nested_cuts, _scan, determinism_flags
+
+    tree = sqlglot.parse_one(sql, read="sqlite")
+    top = tree
+    while isinstance(top, (exp.Subquery, exp.Paren)):
+        top = top.this
+    for skip in (None, top.args.get("limit")):
+        flags, cuts = _scan(tree, skip)
+        assert flags == determinism_flags(tree, skip)
+        assert [(id(s), c) for s, c in cuts] == [(id(s), c) for s, c in _nested_cuts(tree)]

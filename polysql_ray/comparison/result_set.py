@@ -224,6 +224,42 @@ def unmatched_rows(ge: np.ndarray, pe: np.ndarray, gf: np.ndarray, pf: np.ndarra
     return np.sort(np.concatenate(ug)), np.sort(np.concatenate(up)), capped
 
 
+def multiset_equal(ge: np.ndarray, pe: np.ndarray, gf: np.ndarray, pf: np.ndarray,
+                   policy: ComparisonPolicy) -> bool:
+    """Whether the gold rows and the predicted rows are equal multisets: the same as both
+    index arrays of :func:`unmatched_rows` being empty, for callers that need only that. Rows
+    compared exactly only (no tolerance column) are decided by sorting codes (one column) or
+    counting row ids, without the surplus indices. With one tolerance column the sorted pairing
+    of :func:`unmatched_rows` decides alone: a group whose sorted pairing fails leaves a row
+    to the two-pointer matching of :func:`_match_group` (it pairs the same sorted rows until
+    the first pair that is not close, and skips a row there), so that is not run. Several
+    tolerance columns: :func:`unmatched_rows` decides (bipartite matching)."""
+    n, m = len(ge), len(pe)
+    if n != m:  # every row is matched at most once: some row is left over
+        return False
+    if n == 0:
+        return True
+    if gf.shape[1] == 1:
+        gid = _row_ids(np.concatenate([ge, pe]))
+        gg, pg = gid[:n], gid[n:]
+        ng = int(gid.max()) + 1
+        if not np.array_equal(np.bincount(gg, minlength=ng), np.bincount(pg, minlength=ng)):
+            return False  # an exactly compared value count differs
+        # equal counts per group: the i-th gold and predicted rows in (group, value) order pair up
+        og, op = np.lexsort([gf[:, 0], gg]), np.lexsort([pf[:, 0], pg])
+        return bool(close(gf[og], pf[op], policy).all())
+    if gf.shape[1]:
+        ug, up, _ = unmatched_rows(ge, pe, gf, pf, policy)
+        return len(ug) == 0 and len(up) == 0
+    if ge.shape[1] == 0 or bool((ge == pe).all()):
+        return True
+    if ge.shape[1] == 1:
+        return bool(np.array_equal(np.sort(ge[:, 0]), np.sort(pe[:, 0])))
+    gid = _row_ids(np.concatenate([ge, pe]))
+    ng = int(gid.max()) + 1
+    return bool(np.array_equal(np.bincount(gid[:n], minlength=ng), np.bincount(gid[n:], minlength=ng)))
+
+
 # ----------------------------------------------------------------------------- helpers
 def _stack(pairs: list[PairCodes]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(ge, pe, gf, pf) matrices from per-column pair codes."""
@@ -276,8 +312,7 @@ class _Ctx:
         return self._pairs[(i, j)]
 
     def column_equal(self, i: int, j: int) -> bool:
-        ug, up, _ = unmatched_rows(*_stack([self.pair(i, j)]), self.policy)
-        return len(ug) == 0 and len(up) == 0
+        return multiset_equal(*_stack([self.pair(i, j)]), self.policy)
 
     def signature(self, i: int, j: int) -> bytes:
         p = self.pair(i, j)
@@ -317,10 +352,10 @@ def _mappings(ctx: _Ctx, k: int, m: int, flags: list[str], positional: bool, cut
         budget[0] -= 1
         gi = sorted(assign)
         ge, pe, gf, pf = _stack([ctx.pair(i, assign[i]) for i in gi])
-        if cut is not None:
-            ge, gf = ge[:cut[0]], gf[:cut[0]]
-        ug, up, _ = unmatched_rows(ge, pe, gf, pf, ctx.policy)
-        return len(ug) == 0 and (cut is not None or len(up) == 0)
+        if cut is None:
+            return multiset_equal(ge, pe, gf, pf, ctx.policy)
+        ug, _, _ = unmatched_rows(ge[:cut[0]], pe, gf[:cut[0]], pf, ctx.policy)
+        return len(ug) == 0
 
     def rec(d: int, assign: dict[int, int]):
         if d == k:
@@ -465,6 +500,15 @@ def _evaluate(ctx: _Ctx, mapping: tuple[int, ...], ordered: bool, groups: np.nda
     n = gold.num_rows
     s = cut[0] if cut else n
     ge, pe, gf, pf = _stack([ctx.pair(i, j) for i, j in enumerate(mapping)])
+    if not samples and not cut and not gf.shape[1]:
+        # only the reason is read (``_compare(explain=False)``), the columns compare exactly (no
+        # tolerance matching, so never capped): multiset tests, without the unmatched rows
+        if not multiset_equal(ge, pe, gf, pf, policy):
+            return "values", Diff(n, pred.num_rows, column_mapping=mapping)
+        if ordered and not multiset_equal(np.hstack([ge, groups[:, None]]), np.hstack([pe, groups[:, None]]),
+                                          gf, pf, policy):
+            return "order", Diff(n, pred.num_rows, column_mapping=mapping)
+        return "match", Diff(n, pred.num_rows, column_mapping=mapping)
     ug, up, capped = unmatched_rows(ge[:s], pe, gf[:s], pf, policy)
     tail = None  # _not_tied of the predicted rows from s on, when already computed
     if cut:
@@ -510,7 +554,8 @@ def distinct_rows(table: pa.Table) -> pa.Table:
     codes = [_value_codes(c) for c in table.columns]
     if not codes:
         return table
-    gid = _row_ids(np.column_stack(codes))
+    # one column: its codes already partition the rows as the row ids would (equal <=> equal)
+    gid = codes[0] if len(codes) == 1 else _row_ids(np.column_stack(codes))
     _, first = np.unique(gid, return_index=True)
     if len(first) == table.num_rows:
         return table
@@ -709,7 +754,8 @@ def _compare(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
     """The comparison behind :func:`compare`. ``explain=False`` (the re-checks of
     :func:`_explain`, which read only ``match``): the same ``match``, without what only a
     reported result needs (the diff of a row-count mismatch, diff samples, the ``types``
-    re-check)."""
+    re-check; for exactly compared columns, the unmatched row counts and the first order
+    mismatch)."""
     if policy.empty_equal and gold.num_rows == 0 and pred.num_rows == 0:
         return Comparison(True, "match", (), Diff(0, 0))
     if policy.duplicates == "set":
@@ -787,10 +833,15 @@ def _explain(gold: pa.Table, pred: pa.Table, shape: GoldShape, policy: Compariso
     # each check below re-compares only when its relaxation changes an input: an unchanged
     # input would repeat the comparison that just failed
     if policy.duplicates == "bag":
-        dg, dp = _scoped_distinct(gold), _scoped_distinct(pred)
-        if (dg is not gold or dp is not pred) and \
-                _compare(dg, dp, shape, dataclasses.replace(policy, duplicates="set"), probe, [], False).match:
-            flags.append("duplicates")
+        dg = _scoped_distinct(gold)
+        # the set re-check matches only equal row counts: the predicted rows without repeats are
+        # at most pred.num_rows, and as many only when pred has no repeat (the unchanged input
+        # when dg is gold); otherwise pred's distinct rows are not computed
+        if pred.num_rows > dg.num_rows or (pred.num_rows == dg.num_rows and dg is not gold):
+            dp = _scoped_distinct(pred)
+            if (dg is not gold or dp is not pred) and \
+                    _compare(dg, dp, shape, dataclasses.replace(policy, duplicates="set"), probe, [], False).match:
+                flags.append("duplicates")
     if res.reason == "values":
         scale = min([s for s in (_decimal_scale(gold), _decimal_scale(pred)) if s is not None], default=None)
         if scale is not None and _compare(gold, pred, shape, dataclasses.replace(

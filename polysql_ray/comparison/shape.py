@@ -124,14 +124,14 @@ def analyze_gold(gold_sql: str, dialect: str, tie_window: int = TIE_WINDOW) -> G
     except Exception:  # sqlglot raises ParseError/TokenError and occasionally others
         return GoldShape(flags=("unparsed_gold",), order_by_anywhere=anywhere)
     try:
-        det = determinism_flags(tree)
-        ties_probe = nested_ties_probe(tree, dialect)
+        det, cuts = _scan(tree)
+        ties_probe = nested_ties_probe(tree, dialect, cuts)
         shape = _analyze_tree(tree, dialect, tie_window)
     except RecursionError:  # a tree deeper than Python's stack: bag semantics, flagged
         return GoldShape(flags=("unparsed_gold",), order_by_anywhere=anywhere)
     return GoldShape(shape.ordered, shape.order_keys, shape.keys_complete, shape.limit, shape.probe_sql,
                      shape.probe_keys, tuple(dict.fromkeys(shape.flags + det)), anywhere, ties_probe,
-                     len(_nested_cuts(tree)))
+                     len(cuts))
 
 
 #: sqlglot node classes whose value depends on the clock.
@@ -159,40 +159,107 @@ def determinism_flags(tree: exp.Expression, skip: exp.Expression | None = None) 
     ``skip``: a node of ``tree`` read as if it were absent, with all below it (the prediction's
     top-level LIMIT, :func:`analyze_prediction`), so the tree is not copied to drop it.
     """
+    return _determinism(tree, skip)[0]
+
+
+# What a node's class alone tells determinism_flags (one entry per sqlglot node class: bounded).
+_K_NONE, _K_TIME, _K_RANDOM, _K_ANON, _K_CALL, _K_LITERAL, _K_COLUMN, _K_LIMIT, _K_SELECT = range(9)
+_KINDS: dict[type, int] = {}
+
+
+def _kind(cls: type) -> int:
+    """The :func:`determinism_flags` branch a node of class ``cls`` takes, decided from the class
+    where the class decides it (its name, a function's SQL name), in the order of the checks."""
+    name = cls.__name__
+    if name in CLOCK_NODES:
+        return _K_TIME
+    if issubclass(cls, exp.Func):
+        if issubclass(cls, exp.Anonymous):
+            return _K_ANON  # the name is the node's own
+        try:
+            fname = cls.sql_name().lower()
+        except Exception:  # noqa: BLE001 - no SQL name of its own: raises per node, as before
+            return _K_CALL
+        if fname in CLOCK_FUNCTIONS:
+            return _K_TIME
+        return _K_RANDOM if (fname in RANDOM_FUNCTIONS or name in RANDOM_NODES) else _K_NONE
+    if name in RANDOM_NODES:
+        return _K_RANDOM
+    if issubclass(cls, exp.Literal):
+        return _K_LITERAL
+    if issubclass(cls, exp.Column):
+        return _K_COLUMN
+    if issubclass(cls, exp.Limit):
+        return _K_LIMIT
+    return _K_SELECT if issubclass(cls, exp.Select) else _K_NONE
+
+
+_CLOCK_COLUMNS = frozenset({"current_timestamp", "current_date", "current_time"})
+
+
+def _determinism(tree: exp.Expression, skip: exp.Expression | None = None) \
+        -> tuple[tuple[str, ...], list[exp.Select]]:
+    """(:func:`determinism_flags`, the SELECT nodes of ``tree`` outside ``skip`` in
+    ``find_all`` order), from one walk of the tree."""
     flags: list[str] = []
+    selects: list[exp.Select] = []
+    kinds = _KINDS
     for node in tree.walk(prune=None if skip is None else (lambda n: n is skip)):
         if node is skip:
             continue
-        name = type(node).__name__
-        if name in CLOCK_NODES:
+        cls = type(node)
+        kind = kinds.get(cls)
+        if kind is None:
+            kind = kinds[cls] = _kind(cls)
+        if kind == _K_NONE:
+            continue
+        if kind == _K_TIME:
             flags.append("time_dependent_gold")
-        elif isinstance(node, exp.Func):
-            fname = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+        elif kind == _K_RANDOM:
+            flags.append("nondeterministic_gold")
+        elif kind == _K_SELECT:
+            selects.append(node)
+        elif kind == _K_ANON or kind == _K_CALL:
+            fname = (node.name if kind == _K_ANON else node.sql_name()).lower()
             if fname in CLOCK_FUNCTIONS:
                 flags.append("time_dependent_gold")
-            elif fname in RANDOM_FUNCTIONS or name in RANDOM_NODES:
+            elif fname in RANDOM_FUNCTIONS or cls.__name__ in RANDOM_NODES:
                 flags.append("nondeterministic_gold")
-        elif name in RANDOM_NODES:
-            flags.append("nondeterministic_gold")
-        elif isinstance(node, exp.Literal) and node.is_string and node.this.strip().lower() in CLOCK_LITERALS:
-            flags.append("time_dependent_gold")
-        elif isinstance(node, exp.Column) and not node.table and not node.this.quoted and \
-                node.name.lower() in {"current_timestamp", "current_date", "current_time"}:
-            flags.append("time_dependent_gold")
-        elif isinstance(node, exp.Limit):
+        elif kind == _K_LITERAL:
+            if node.is_string and node.this.strip().lower() in CLOCK_LITERALS:
+                flags.append("time_dependent_gold")
+        elif kind == _K_COLUMN:
+            if not node.table and not node.this.quoted and node.name.lower() in _CLOCK_COLUMNS:
+                flags.append("time_dependent_gold")
+        else:  # _K_LIMIT
             query = node.parent
             if not isinstance(query, exp.Query) or not query.args.get("order"):
                 flags.append("nondeterministic_gold")
-    return tuple(dict.fromkeys(flags))
+    return tuple(dict.fromkeys(flags)), selects
+
+
+def _scan(tree: exp.Expression, skip: exp.Expression | None = None) \
+        -> tuple[tuple[str, ...], list[tuple[exp.Select, int]]]:
+    """``(determinism_flags(tree, skip), _nested_cuts(tree))`` from one walk of the tree (a
+    second walk only when ``skip`` holds a SELECT, which the first does not visit)."""
+    flags, selects = _determinism(tree, skip)
+    if skip is not None and skip.find(exp.Select) is not None:
+        return flags, _nested_cuts(tree)
+    return flags, _cuts_of(tree, selects)
 
 
 def _nested_cuts(tree: exp.Expression) -> list[tuple[exp.Select, int]]:
     """(SELECT, cut position) of every ORDER BY ... LIMIT k [OFFSET o] below the top level."""
+    return _cuts_of(tree, tree.find_all(exp.Select))
+
+
+def _cuts_of(tree: exp.Expression, selects) -> list[tuple[exp.Select, int]]:
+    """:func:`_nested_cuts` of ``tree`` from its SELECT nodes ``selects`` (in ``find_all`` order)."""
     top = tree
     while isinstance(top, (exp.Subquery, exp.Paren)):
         top = top.this
     out = []
-    for node in tree.find_all(exp.Select):
+    for node in selects:
         limit = node.args.get("limit")
         if node is top or not isinstance(limit, exp.Limit) or not node.args.get("order"):
             continue
@@ -203,7 +270,8 @@ def _nested_cuts(tree: exp.Expression) -> list[tuple[exp.Select, int]]:
     return out
 
 
-def nested_ties_probe(tree: exp.Expression, dialect: str) -> str | None:
+def nested_ties_probe(tree: exp.Expression, dialect: str,
+                      cuts: list[tuple[exp.Select, int]] | None = None) -> str | None:
     """A one-row query with two columns per nested ORDER BY ... LIMIT cut (``n<i>``, ``d<i>``):
     the cut's last kept row and the next row are fetched as ORDER BY key tuples; ``n<i> = 2`` and
     ``d<i> = 1`` (two rows, one distinct key tuple: NULLs compare equal) means the cut falls in a
@@ -218,14 +286,16 @@ def nested_ties_probe(tree: exp.Expression, dialect: str) -> str | None:
     SELECT's one aggregate is min() or max(), column ``x`` counts the groups where rows with
     different bare values tie on the extreme: SQLite then takes the bare columns from any one of
     them (sqlite.org/lang_select.html, "bare columns"), so the result is not a function of the
-    data (``nondeterministic_gold``). None when neither check applies."""
-    cuts = _nested_cuts(tree)
-    bare = _ungrouped_check(tree)
+    data (``nondeterministic_gold``). None when neither check applies. ``cuts``:
+    :func:`_nested_cuts` of ``tree`` when the caller has them already."""
+    cuts = _nested_cuts(tree) if cuts is None else cuts
+    found = _bare_columns(tree)  # read by both checks below: found once
+    bare = _ungrouped_check(tree, found)
     if not cuts and bare is None:
         return None
     # every node below is built here or copied from the tree once: no builder copies it again
     cols = [exp.alias_(exp.Subquery(this=bare), "g", copy=False)] if bare is not None else []
-    tie = _extreme_tie_check(tree) if bare is not None else None  # both read _bare_columns
+    tie = _extreme_tie_check(tree, found) if bare is not None else None
     if tie is not None:
         cols.append(exp.alias_(exp.Subquery(this=tie), "x", copy=False))
     for i, (sel, cut) in enumerate(cuts):
@@ -249,9 +319,9 @@ def nested_ties_probe(tree: exp.Expression, dialect: str) -> str | None:
             for k, o in zip(keys, sel.args["order"].expressions)]))
         inner.set("limit", exp.Limit(expression=exp.Literal.number(2)))
         inner.set("offset", exp.Offset(expression=exp.Literal.number(cut - 1)))
-        n = exp.select("COUNT(*)").from_(exp.Subquery(this=inner.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"t{i}"))))
-        dist = exp.select("*").distinct().from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(f"u{i}"))))
-        d = exp.select("COUNT(*)").from_(exp.Subquery(this=dist, alias=exp.TableAlias(this=exp.to_identifier(f"v{i}"))))
+        n = exp.select(_count_star()).from_(exp.Subquery(this=inner.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"t{i}"))))
+        dist = exp.select(exp.Star()).distinct().from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(f"u{i}"))))
+        d = exp.select(_count_star()).from_(exp.Subquery(this=dist, alias=exp.TableAlias(this=exp.to_identifier(f"v{i}"))))
         cols += [exp.alias_(exp.Subquery(this=n), f"n{i}", copy=False),
                  exp.alias_(exp.Subquery(this=d), f"d{i}", copy=False)]
     try:
@@ -324,19 +394,21 @@ def analyze_prediction(pred_sql: str, dialect: str, tie_window: int = TIE_WINDOW
         limit_node = top.args.get("limit") if isinstance(top, exp.Query) else None
         k = _literal_int(limit_node.expression) if isinstance(limit_node, exp.Limit) else None
         # read, never changed, so never copied: the top-level cut is checked on the data (cut
-        # probe), not as a static LIMIT; _analyze_tree copies before it builds a probe
-        static = "nondeterministic_gold" in determinism_flags(tree, skip=limit_node)
+        # probe), not as a static LIMIT
+        det, cuts = _scan(tree, skip=limit_node)
+        static = "nondeterministic_gold" in det
+        ties_sql, constants = nested_ties_probe(tree, dialect, cuts), constant_columns(top)
         cut_sql, cut_keys = None, ()
         if k is not None and k >= 1:
+            # last: the tree is this function's own parse, read by nothing after, so the cut probe
+            # is built by changing it in place rather than a copy of it
             if top.args.get("order"):
-                shape = _analyze_tree(top, dialect, tie_window)
+                shape = _analyze_tree(top, dialect, tie_window, copy=False)
                 cut_sql, cut_keys = shape.probe_sql, shape.probe_keys
             else:
-                probe = top.copy()
-                probe.args["limit"].set("expression", exp.Literal.number(k + tie_window))
-                cut_sql = probe.sql(dialect=dialect, copy=False)
-        return PredShape(static, k, cut_sql, tuple(cut_keys), nested_ties_probe(tree, dialect),
-                         len(_nested_cuts(tree)), constant_columns(top))
+                limit_node.set("expression", exp.Literal.number(k + tie_window))
+                cut_sql = top.sql(dialect=dialect, copy=False)
+        return PredShape(static, k, cut_sql, tuple(cut_keys), ties_sql, len(cuts), constants)
     except Exception:  # noqa: BLE001 - ParseError, RecursionError ...: nothing is flagged
         return PredShape()
 
@@ -412,32 +484,70 @@ def _bare_columns(tree: exp.Expression) -> tuple[exp.Select, list, dict[str, exp
     return (top, keys, bare) if bare else None
 
 
-def _ungrouped_check(tree: exp.Expression) -> exp.Select | None:
+def _count_star() -> exp.Count:
+    """``COUNT(*)`` as sqlglot parses it (``exp.select("COUNT(*)")`` would parse the text each
+    time a probe is built)."""
+    return exp.Count(this=exp.Star(), big_int=True)
+
+
+_UNSET = object()
+
+
+def _copy_except(node: exp.Expression, drop: tuple[str, ...]) -> exp.Expression:
+    """``node.copy()`` followed by ``set(key, None)`` for each key of ``drop`` (and an empty
+    ``expressions`` list, in its place, for the caller to set), without copying what is dropped
+    (the output columns and clauses a probe replaces)."""
+    from copy import deepcopy
+
+    out = node.__class__()
+    if node.comments is not None:
+        out.comments = deepcopy(node.comments)
+    if node._type is not None:
+        out._type = deepcopy(node._type)
+    if node._meta is not None:
+        out._meta = deepcopy(node._meta)
+    for k, vs in node.args.items():
+        if k == "expressions":
+            out.args[k] = []
+        elif k in drop:
+            continue
+        elif isinstance(vs, exp.Expression):
+            out.set(k, vs.copy())
+        elif type(vs) is list:
+            out.args[k] = []
+            for v in vs:
+                out.append(k, v.copy() if isinstance(v, exp.Expression) else v)
+        else:
+            out.args[k] = vs
+    return out
+
+
+def _ungrouped_check(tree: exp.Expression, found=_UNSET) -> exp.Select | None:
     """``SELECT COUNT(*) FROM (<the top SELECT's groups with count(DISTINCT bare column) per
-    ungrouped output column>) WHERE b0 > 1 OR ...``, None when no such column."""
-    found = _bare_columns(tree)
+    ungrouped output column>) WHERE b0 > 1 OR ...``, None when no such column. ``found``:
+    :func:`_bare_columns` of ``tree`` when the caller has it already."""
+    found = _bare_columns(tree) if found is _UNSET else found
     if found is None:
         return None
     top, _, bare = found
     selects = list(top.selects)
-    inner = top.copy()
+    inner = _copy_except(top, ("order", "limit", "offset", "distinct"))
     inner.set("expressions", [exp.alias_(exp.Count(this=exp.Distinct(expressions=[c.copy()])), f"b{j}", copy=False)
                               for j, c in enumerate(bare.values())])
-    for key in ("order", "limit", "offset", "distinct"):
-        inner.set(key, None)
     if inner.args.get("having") is not None:
         inner.set("having", exp.Having(this=_inline_aliases(inner.args["having"].this, selects)))
     cond = exp.or_(*[exp.GT(this=exp.column(f"b{j}"), expression=exp.Literal.number(1)) for j in range(len(bare))])
-    return exp.select("COUNT(*)").from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("w"))),
+    return exp.select(_count_star()).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("w"))),
                                         copy=False).where(cond, copy=False)
 
 
-def _extreme_tie_check(tree: exp.Expression) -> exp.Select | None:
+def _extreme_tie_check(tree: exp.Expression, found=_UNSET) -> exp.Select | None:
     """For a top SELECT whose only aggregate is ``min(x)`` or ``max(x)`` and that outputs bare
     columns (SQLite's documented bare-column rule: they come from the row holding the extreme):
     ``SELECT COUNT(*)`` of the groups where two rows with different bare values both hold it.
-    None for any other shape (HAVING, several aggregates, DISTINCT or FILTER inside it)."""
-    found = _bare_columns(tree)
+    None for any other shape (HAVING, several aggregates, DISTINCT or FILTER inside it).
+    ``found``: :func:`_bare_columns` of ``tree`` when the caller has it already."""
+    found = _bare_columns(tree) if found is _UNSET else found
     if found is None:
         return None
     top, keys, bare = found
@@ -450,9 +560,7 @@ def _extreme_tie_check(tree: exp.Expression) -> exp.Select | None:
     agg = aggs[0]
     extreme = type(agg)(this=agg.this.copy())
     window = exp.Window(this=extreme, partition_by=[k.copy() for k in keys]) if keys else exp.Window(this=extreme)
-    inner = top.copy()
-    for key in ("group", "having", "order", "limit", "offset", "distinct"):
-        inner.set(key, None)
+    inner = _copy_except(top, ("group", "having", "order", "limit", "offset", "distinct"))
     inner.set("expressions", [exp.alias_(agg.this.copy(), "a", copy=False), exp.alias_(window, "m", copy=False)]
               + [exp.alias_(k.copy(), f"k{i}", copy=False) for i, k in enumerate(keys)]
               + [exp.alias_(c.copy(), f"c{j}", copy=False) for j, c in enumerate(bare.values())])
@@ -464,7 +572,7 @@ def _extreme_tie_check(tree: exp.Expression) -> exp.Select | None:
     if keys:
         held = held.group_by(*[exp.column(f"k{i}") for i in range(len(keys))], copy=False)
     cond = exp.or_(*[exp.GT(this=exp.column(f"b{j}"), expression=exp.Literal.number(1)) for j in range(len(bare))])
-    return exp.select("COUNT(*)").from_(exp.Subquery(this=held, alias=exp.TableAlias(this=exp.to_identifier("h"))),
+    return exp.select(_count_star()).from_(exp.Subquery(this=held, alias=exp.TableAlias(this=exp.to_identifier("h"))),
                                         copy=False).where(cond, copy=False)
 
 
@@ -483,7 +591,9 @@ def _inline_aliases(key: exp.Expression, selects: list[exp.Expression]) -> exp.E
     return key.transform(repl, copy=False)
 
 
-def _analyze_tree(tree: exp.Expression, dialect: str, tie_window: int) -> GoldShape:
+def _analyze_tree(tree: exp.Expression, dialect: str, tie_window: int, copy: bool = True) -> GoldShape:
+    """The order facts and probe of ``tree`` (:class:`GoldShape`, module docstring); ``copy=False``:
+    the probe is built by changing ``tree`` itself (a caller that reads it no more)."""
     while isinstance(tree, (exp.Subquery, exp.Paren)) and not tree.args.get("order") \
             and not tree.args.get("limit"):
         tree = tree.this
@@ -506,7 +616,7 @@ def _analyze_tree(tree: exp.Expression, dialect: str, tie_window: int) -> GoldSh
         return GoldShape(True, order_keys, False, limit, None, (), tuple(flags))
     if not missing and limit is None:
         return GoldShape(True, order_keys, True, limit, None, order_keys, ())
-    probe = tree.copy()
+    probe = tree.copy() if copy else tree
     for i, k in enumerate(missing):
         probe = probe.select(exp.alias_(_inline_aliases(k, selects), f"__polysql_key{i}"), append=True,
                              copy=False)
