@@ -76,3 +76,18 @@ def test_only_pending_questions_are_analyzed(tmp_path):
     with PlanAhead(feed, Planner(grid, {}, set()), grid.cells, lambda c: pending_of(pending, c)) as ahead:
         ahead.join()
     assert ahead.analyzed == 2
+
+
+def test_it_takes_no_batch_past_the_driver_window(tmp_path):
+    """A cluster that is slow to start never has the thread read the whole sweep in: once it
+    holds ``limit`` predictions it takes no more (the rest stay in the feed, in order)."""
+    grid = _grid(tmp_path)
+    assert len(grid.cells) >= 2
+    pending = {c.key: ALL for c in grid.cells}
+    feed = GenerationFeed(GenerationStage(None), grid.generators, grid.datasets, grid.cells, pending=pending)
+    first = len(grid.datasets[grid.cells[0].dataset])
+    with PlanAhead(feed, Planner(grid, {}, set()), grid.cells, lambda c: pending_of(pending, c), limit=1) as ahead:
+        ahead.join()
+    assert ahead.held == first and ahead.analyzed == first  # the first cell's batch, nothing after
+    for cell in grid.cells:  # every cell still reaches the driver once
+        assert ahead.take(cell, timeout=0)[2]

@@ -522,7 +522,7 @@ def _run_locked(cfg, conf_loader, config_yaml, console, store, stats, run_id, t_
                 if bool(pcfg.get("plan_ahead", True)) and \
                         not any(getattr(grid.generators[c.model], "uses_prompts", False) for c in cells):
                     # files only (replay, gold): the first batches are analyzed while Ray starts
-                    with PlanAhead(new_feed(), planner, cells, lambda c: pending_of(pending, c)) as feed:
+                    with PlanAhead(new_feed(), planner, cells, lambda c: pending_of(pending, c), window) as feed:
                         cluster.start()
                     stats.planned_ahead = feed.analyzed
                 else:

@@ -196,11 +196,14 @@ class PlanAhead:
     taken, so the driver's own ``take`` meets the same error where it always did.
     """
 
-    def __init__(self, feed, planner: Planner, cells, wanted) -> None:
+    def __init__(self, feed, planner: Planner, cells, wanted, limit: int = 20_000) -> None:
         import threading
 
-        # wanted(cell): the cell's pending question indices (a set), None for all of them
+        # wanted(cell): the cell's pending question indices (a set), None for all of them;
+        # limit: it takes no batch once it holds this many predictions (the driver's window,
+        # pipeline.max_pending_items: a slow cluster start never reads a whole sweep in)
         self.feed, self.planner, self.cells, self.wanted = feed, planner, list(cells), wanted
+        self.limit, self.held = max(1, int(limit)), 0
         self.analyzed = 0
         self._held: dict[str, list] = {}
         self._stop = threading.Event()
@@ -225,11 +228,14 @@ class PlanAhead:
                 wanted = self.wanted(cell)
                 last = False
                 while not last and not self._stop.is_set():
+                    if self.held >= self.limit:
+                        return
                     got = self.feed.take(cell, timeout=0)
                     if got is None:
                         return
                     self._held.setdefault(cell.key, []).append(got)
                     indices, preds, last = got
+                    self.held += len(indices)
                     by_index = dict(zip(indices, preds))
                     self.analyzed += self.planner.analyze(
                         cell, [i for i in indices if wanted is None or i in wanted], by_index, self._between)
