@@ -90,8 +90,9 @@ def start_ray(lean_head: bool = False, **kwargs: Any) -> None:
     failure (:data:`STARTUP_TIMED_OUT` in the error) leaves the attempt's processes running
     (``ray.shutdown`` does not know them): they are killed (this process's descendants that
     the attempt started, from ``/proc``) and the cluster started again, :data:`START_ATTEMPTS`
-    times in all; the last attempt's failure is raised after the same clean-up. Any other error
-    is raised at once."""
+    times in all; the last attempt's failure is raised after the same clean-up, and so is a
+    Ctrl-C (or SIGTERM's ``SystemExit``) that lands inside ``ray.init``. Any other error is
+    raised at once."""
     restore = _lean_head(log_monitor=bool(kwargs.get("log_to_driver", True)),
                          api_server=bool(kwargs.get("include_dashboard"))) if lean_head else None
     try:
@@ -108,6 +109,10 @@ def _start_attempts(kwargs: dict[str, Any]) -> None:
         try:
             ray.init(**kwargs)
             return
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM mid-start: nothing is left running
+            ray.shutdown()
+            _kill_new(before)
+            raise
         except Exception as exc:
             ray.shutdown()
             if STARTUP_TIMED_OUT not in str(exc):
