@@ -106,3 +106,52 @@ def test_a_signature_names_the_execution_results_not_their_sql(ray_session):
     sig = verdict_signature(big, first, policy)
     assert sig == verdict_signature(big, first, policy) != verdict_signature(big2, first, policy)
     assert all(not (isinstance(v, str) and len(v) > 100_000) for v in sig)
+
+
+# ----------------------------------------------------------------------- by result identity
+def _item(key: str, pred: int, pred_sql: str, target: str = "sqlite") -> dict:
+    from polysql_ray.comparison.shape import GoldShape
+
+    return dict(cell_key="c", run_id="r", model="m", generator="g", generator_fingerprint="f", dataset="d",
+                dialect=target, source_engine="sqlite", target_engine=target, instruction_level="-",
+                question_id="q", db_id="db", gold_sql="SELECT a FROM t", pred_sql=pred_sql, gen_status="ok",
+                key=key, _gold=0, _probe=None, _pred=pred, _ties_probe=None, _gen_status="ok", _gold_error=None,
+                _gold_dialect="sqlite", _structural="", _flags=(), _shape=GoldShape())
+
+
+def test_predictions_with_other_text_and_identical_results_are_compared_once(ray_session):
+    """``decide`` on one engine's semantics reads the results, not the predicted text
+    (``verdict.reads_pred_text``): a scoring process decides such twins once (``actors._DECIDED``).
+    Other results, another engine's semantics (which read the text), or reuse off: decided anew."""
+    import pyarrow as pa
+    import ray
+
+    from polysql_ray.comparison.policy import ComparisonPolicy
+    from polysql_ray.engines.base import ExecStatus, ExecutionResult
+    from polysql_ray.pipeline import actors
+
+    score = actors.score_batch._function  # what the driver runs when it scores a batch itself
+    policy = ComparisonPolicy()
+    refs = [ray.put(ExecutionResult(ExecStatus.OK, pa.table({"a": [1, 2]}))),   # the gold's
+            ray.put(ExecutionResult(ExecStatus.OK, pa.table({"a": [2, 1]}))),   # two executions,
+            ray.put(ExecutionResult(ExecStatus.OK, pa.table({"a": [2, 1]}))),   # identical results
+            ray.put(ExecutionResult(ExecStatus.OK, pa.table({"a": [3, 1]})))]   # another result
+    twins = [_item("x", 1, "SELECT a FROM t ORDER BY a DESC"), _item("y", 2, "select a from t order by 1 desc"),
+             _item("z", 3, "SELECT a + 1 FROM t")]
+    actors._DECIDED.clear()
+    rows = {r["key"]: r for r in score(twins, refs, policy, 100).to_pylist()}
+    assert len(actors._DECIDED) == 2  # x and y: one decision; z: its own
+    assert [rows[k]["verdict"] for k in "xyz"] == ["pass", "pass", "fail"]
+    same = [c for c in VERDICT_COLUMNS if c not in ("gold_exec_s", "pred_exec_s")]
+    assert {c: rows["x"][c] for c in same} == {c: rows["y"][c] for c in same}
+    actors._DECIDED.clear()
+    score([_item("x", 1, "SELECT 1", "duckdb"), _item("y", 2, "SELECT 2", "duckdb")], refs, policy, 100)
+    from polysql_ray.comparison.verdict import Pair, reads_pred_text
+
+    assert reads_pred_text(Pair("g", "p", "sqlite", "duckdb", "sqlite", "duckdb"))
+    assert len(actors._DECIDED) == 2  # across engines the text can flag (integer division ...)
+    actors._DECIDED.clear()
+    score(twins, refs, policy, 0)
+    assert len(actors._DECIDED) == 0
+    # a table this process built has no bytes to be named by: never a key
+    assert actors._content(ExecutionResult(ExecStatus.OK, pa.table({"a": [1]}))) is actors._NO_KEY

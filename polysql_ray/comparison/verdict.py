@@ -196,6 +196,22 @@ def semantic_flags(pair: Pair) -> tuple[str, ...]:
     return tuple(flags)
 
 
+def reads_pred_text(pair: Pair | None) -> bool:
+    """Whether :func:`decide` reads the predicted SQL's text (``pair.pred_sql``) beyond what
+    ``pred_shape`` and the results carry: only for :func:`semantic_flags` and the
+    ``empty_aggregate`` check, both of which need two engines of different semantics
+    (:data:`~polysql_ray.engines.registry.SEMANTICS`). A verdict on one engine's semantics is a
+    function of the results, the shapes, the gold side of ``pair`` and the policy, whatever
+    the prediction's text (``pipeline.actors`` reuses it across predictions with identical
+    results)."""
+    from polysql_ray.engines.registry import SEMANTICS
+
+    if pair is None:
+        return False
+    g, p = SEMANTICS.get(pair.gold_engine), SEMANTICS.get(pair.pred_engine)
+    return not (g is None or p is None or g == p)
+
+
 def _same_null_order(pair: Pair | None) -> bool:
     """Both engines place NULLs alike in every direction the gold's top-level ORDER BY uses
     (``Semantics.nulls_asc``/``nulls_desc``; both directions when the gold is unreadable): a

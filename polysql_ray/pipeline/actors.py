@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import time
 from typing import Any
@@ -201,8 +202,53 @@ def _nullable_str(x: str | None) -> str | None:
     return None if x is None else str(x)
 
 
+#: ``decide``'s verdicts in this scoring process (the driver, or a scoring worker), across its
+#: batches, by what a verdict is a function of (:func:`_decided_key`): predictions whose text
+#: differs but whose results are identical, byte for byte, get the verdict of the first without
+#: comparing again (a third of the realistic sweep's scored items). LRU, at most
+#: ``pipeline.verdict_cache_size`` entries (the ``reuse`` argument of :func:`score_batch`).
+_DECIDED: "collections.OrderedDict[tuple, object]" = collections.OrderedDict()
+_ROLES = ("_gold", "_probe", "_pred", "_ties_probe", "_pred_probe", "_pred_ties_probe")
+
+
+def _content(r) -> object:
+    """What ``decide`` reads of an ExecutionResult, as a key: status, error and a digest of the
+    Arrow IPC bytes its table arrived as (column names and types included), never its elapsed
+    time. None for no result; :data:`_NO_KEY` for a table this process built or replaced (no
+    bytes to name it by).
+    """
+    import hashlib
+
+    if r is None:
+        return None
+    blob = getattr(r, "_blob", None)
+    if blob is not None:
+        return (r.status, r.error, hashlib.blake2b(blob, digest_size=16).digest())
+    has_table = r._table is not None if hasattr(r, "_blob") else r.table is not None
+    return _NO_KEY if has_table else (r.status, r.error, None)
+
+
+_NO_KEY = object()
+
+
+def _decided_key(it: dict, contents, policy_id: tuple, pair) -> tuple | None:
+    """The inputs of ``decide`` for item ``it`` (:func:`_score_row`), as a key: generation
+    status, gold error, structural proof, gold and prediction shapes, the policy, the gold side
+    and engines of ``pair`` and the predicted text only where ``decide`` reads it
+    (:func:`~polysql_ray.comparison.verdict.reads_pred_text`), and :func:`_content` of each
+    result by role (``contents(role)``). None when a result has no content key."""
+    from polysql_ray.comparison.verdict import reads_pred_text
+
+    results = tuple(contents(role) for role in _ROLES)
+    if any(c is _NO_KEY for c in results):
+        return None
+    return (str(it["_gen_status"]), it["_gold_error"], it["_structural"] == "equivalent", it["_shape"],
+            it.get("_pred_shape"), policy_id, pair.gold_sql, pair.gold_dialect, pair.pred_dialect,
+            pair.gold_engine, pair.pred_engine, pair.pred_sql if reads_pred_text(pair) else None, results)
+
+
 @ray.remote
-def score_batch(items: list[dict], result_refs: list, policy) -> pa.Table:
+def score_batch(items: list[dict], result_refs: list, policy, reuse: int = 0) -> pa.Table:
     """Score one batch of predictions with :func:`polysql_ray.comparison.verdict.decide` (the
     one decision path, shared with ``score_sql``).
 
@@ -214,6 +260,8 @@ def score_batch(items: list[dict], result_refs: list, policy) -> pa.Table:
             ``_gold_dialect`` and ``_structural``.
         result_refs: ObjectRefs of ExecutionResults (nested, so fetched here, once each).
         policy: the run's :class:`ComparisonPolicy` object (built once by the driver).
+        reuse: at most this many verdicts kept in this process for items whose ``decide``
+            inputs are identical to an earlier item's (:data:`_DECIDED`); 0 decides every item.
 
     The results arrive with the run's limits already applied (:meth:`ExecutionActor._execute_one`
     enforces ``max_bytes`` on every result it returns), so they are not checked again here.
@@ -232,18 +280,35 @@ def score_batch(items: list[dict], result_refs: list, policy) -> pa.Table:
     results = ray.get(list(result_refs)) if result_refs else []
     now = dt.datetime.now(dt.timezone.utc)
     rows = []
+    memo: dict[int, object] = {}
+
+    def contents(it: dict):
+        def of(role: str):
+            i = it.get(role)
+            if i is None:
+                return None
+            if i not in memo:
+                memo[i] = _content(results[i])
+            return memo[i]
+        return of
+
+    policy_id = (policy.name, policy.fingerprint()) if reuse else None
     with canonical_scope():  # a gold result compared with many predictions is canonicalised once
         for it in items:
             try:
-                rows.append(_score_row(it, results, policy, now))
+                rows.append(_score_row(it, results, policy, now,
+                                       reuse=(reuse, contents(it), policy_id) if reuse else None))
             except Exception as exc:  # noqa: BLE001 - one item never aborts the batch (or the sweep)
                 rows.append(_score_row(it, results, policy, now, error=exc))
     return pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)
 
 
-def _score_row(it: dict, results: list, policy, now: dt.datetime, error: BaseException | None = None) -> dict:
+def _score_row(it: dict, results: list, policy, now: dt.datetime, error: BaseException | None = None,
+               reuse=None) -> dict:
     """The SCORE_SCHEMA row of one item (:func:`score_batch`); with ``error``, the row of an item
-    whose scoring raised it (the verdict :func:`~polysql_ray.comparison.verdict.scoring_error`)."""
+    whose scoring raised it (the verdict :func:`~polysql_ray.comparison.verdict.scoring_error`).
+    ``reuse``: ``(size, contents, policy_id)`` of :func:`score_batch`'s verdicts kept across
+    items (:data:`_DECIDED`), or None."""
     from polysql_ray.comparison.prepare import executed_sql
     from polysql_ray.comparison.verdict import Pair, decide, rows_of, scoring_error
     from polysql_ray.engines.registry import default_dialect
@@ -262,9 +327,21 @@ def _score_row(it: dict, results: list, policy, now: dt.datetime, error: BaseExc
         pair = Pair(executed_sql(it["gold_sql"], gold_dialect, policy),
                     executed_sql(it["pred_sql"] or "", pred_dialect, policy),
                     gold_dialect, pred_dialect, it["source_engine"], it["target_engine"])
-        v = decide(it["_gen_status"], gold, probe, pred, it["_shape"], policy, None,  # limits: by the actor
-                   gold_error=it["_gold_error"], proven=structural == "equivalent", pair=pair, ties_probe=ties,
-                   pred_shape=it.get("_pred_shape"), pred_probe=pred_probe, pred_ties_probe=pred_ties)
+        key = _decided_key(it, reuse[1], reuse[2], pair) if reuse else None
+        try:
+            v = _DECIDED.get(key) if key is not None else None
+        except TypeError:  # a shape with an unhashable part: decided, not kept
+            key = v = None
+        if v is not None:
+            _DECIDED.move_to_end(key)
+        else:
+            v = decide(it["_gen_status"], gold, probe, pred, it["_shape"], policy, None,  # limits: by the actor
+                       gold_error=it["_gold_error"], proven=structural == "equivalent", pair=pair, ties_probe=ties,
+                       pred_shape=it.get("_pred_shape"), pred_probe=pred_probe, pred_ties_probe=pred_ties)
+            if key is not None:
+                _DECIDED[key] = v
+                while len(_DECIDED) > reuse[0]:
+                    _DECIDED.popitem(last=False)
     else:
         v = scoring_error(error)
     score_s = time.perf_counter() - t0

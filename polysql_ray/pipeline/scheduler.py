@@ -538,7 +538,8 @@ class Scheduler:
             self._scored(b, self._with_reused(SCORE_SCHEMA.empty_table(), metas, sigs, [], reused))
             return
         self.reuse[b] = (metas, sigs, scored, reused)
-        self._run_score(score_batch, ([metas[i] for i in scored], [refs[d] for d in deps], policy), b, here)
+        self._run_score(score_batch, ([metas[i] for i in scored], [refs[d] for d in deps], policy,
+                                      self.verdict_cache_size), b, here)
 
     def _run_score(self, task, args: tuple, b: int, here: bool) -> None:
         if not here:
