@@ -91,3 +91,18 @@ def test_it_takes_no_batch_past_the_driver_window(tmp_path):
     assert ahead.held == first and ahead.analyzed == first  # the first cell's batch, nothing after
     for cell in grid.cells:  # every cell still reaches the driver once
         assert ahead.take(cell, timeout=0)[2]
+
+
+def test_the_thread_switch_interval_is_short_inside_the_block_and_restored_after(tmp_path):
+    """ray.init's system calls wait at most a short switch interval for the parsing thread."""
+    import sys
+
+    from polysql_ray.pipeline.planner import SWITCH_INTERVAL_S
+
+    grid = _grid(tmp_path)
+    pending = {c.key: ALL for c in grid.cells}
+    feed = GenerationFeed(GenerationStage(None), grid.generators, grid.datasets, grid.cells, pending=pending)
+    before = sys.getswitchinterval()
+    with PlanAhead(feed, Planner(grid, {}, set()), grid.cells, lambda c: pending_of(pending, c)):
+        inside = sys.getswitchinterval()
+    assert inside == min(before, SWITCH_INTERVAL_S) < before and sys.getswitchinterval() == before

@@ -4,7 +4,6 @@ replica location known); warnings for predictions whose text cannot be sent."""
 from __future__ import annotations
 
 import sys
-import time
 
 from polysql_ray.generation.base import GenStatus
 from polysql_ray.pipeline.plan import Cell, ExecRequest, WorkItem, exec_key
@@ -182,6 +181,10 @@ class MalformedWarnings:
                   file=sys.stderr)
 
 
+#: The interpreter's thread switch interval while :class:`PlanAhead` runs beside ``ray.init``.
+SWITCH_INTERVAL_S = 0.0005
+
+
 class PlanAhead:
     """A generation feed whose first batches were analyzed (:meth:`Planner.analyze`) while
     the run's cluster started: ``with PlanAhead(...) as feed: cluster.start()``, then ``feed``
@@ -210,12 +213,20 @@ class PlanAhead:
         self._thread = threading.Thread(target=self._ahead, daemon=True, name="plan-ahead")
 
     def __enter__(self) -> "PlanAhead":
+        # While the thread parses, each of ray.init's many short system calls waits for the GIL
+        # until the thread is made to drop it: a switch interval, 5 ms by default (Ray's start
+        # took 2.0-2.3 s instead of 1.3). At 0.5 ms it starts in 1.4 s and the thread analyzes
+        # ~11,000 of the realistic sweep's items meanwhile (time.sleep(0) after each item: Ray
+        # 1.3-2.3 s, 3,000-9,000 items). Restored when the block ends.
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch, SWITCH_INTERVAL_S))
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        sys.setswitchinterval(self._switch)
 
     def join(self) -> None:
         """Wait until the thread has taken and analyzed all it can, without stopping it (the
@@ -245,9 +256,6 @@ class PlanAhead:
             return
 
     def _between(self) -> bool:
-        # the GIL is offered to ray.init between items: without it, each of its many short
-        # system calls waits out a switch interval (5 ms) for this thread, and Ray starts late
-        time.sleep(0)
         return not self._stop.is_set()
 
     def take(self, cell, timeout: float | None = None):
