@@ -154,4 +154,4 @@ def test_predictions_with_other_text_and_identical_results_are_compared_once(ray
     score(twins, refs, policy, 0)
     assert len(actors._DECIDED) == 0
     # a table this process built has no bytes to be named by: never a key
-    assert actors._content(ExecutionResult(ExecStatus.OK, pa.table({"a": [1]}))) is actors._NO_KEY
+    assert ExecutionResult(ExecStatus.OK, pa.table({"a": [1]})).content_key() is None

@@ -490,9 +490,6 @@ def _count_star() -> exp.Count:
     return exp.Count(this=exp.Star(), big_int=True)
 
 
-_UNSET = object()
-
-
 def _copy_except(node: exp.Expression, drop: tuple[str, ...]) -> exp.Expression:
     """``node.copy()`` followed by ``set(key, None)`` for each key of ``drop`` (and an empty
     ``expressions`` list, in its place, for the caller to set), without copying what is dropped
@@ -522,11 +519,10 @@ def _copy_except(node: exp.Expression, drop: tuple[str, ...]) -> exp.Expression:
     return out
 
 
-def _ungrouped_check(tree: exp.Expression, found=_UNSET) -> exp.Select | None:
+def _ungrouped_check(tree: exp.Expression, found) -> exp.Select | None:
     """``SELECT COUNT(*) FROM (<the top SELECT's groups with count(DISTINCT bare column) per
     ungrouped output column>) WHERE b0 > 1 OR ...``, None when no such column. ``found``:
-    :func:`_bare_columns` of ``tree`` when the caller has it already."""
-    found = _bare_columns(tree) if found is _UNSET else found
+    :func:`_bare_columns` of ``tree`` (its caller reads it for both checks)."""
     if found is None:
         return None
     top, _, bare = found
@@ -541,13 +537,12 @@ def _ungrouped_check(tree: exp.Expression, found=_UNSET) -> exp.Select | None:
                                         copy=False).where(cond, copy=False)
 
 
-def _extreme_tie_check(tree: exp.Expression, found=_UNSET) -> exp.Select | None:
+def _extreme_tie_check(tree: exp.Expression, found) -> exp.Select | None:
     """For a top SELECT whose only aggregate is ``min(x)`` or ``max(x)`` and that outputs bare
     columns (SQLite's documented bare-column rule: they come from the row holding the extreme):
     ``SELECT COUNT(*)`` of the groups where two rows with different bare values both hold it.
     None for any other shape (HAVING, several aggregates, DISTINCT or FILTER inside it).
-    ``found``: :func:`_bare_columns` of ``tree`` when the caller has it already."""
-    found = _bare_columns(tree) if found is _UNSET else found
+    ``found``: :func:`_bare_columns` of ``tree`` (its caller reads it for both checks)."""
     if found is None:
         return None
     top, keys, bare = found

@@ -182,9 +182,9 @@ def semantic_flags(pair: Pair) -> tuple[str, ...]:
     """
     from polysql_ray.engines.registry import SEMANTICS
 
-    g, p = SEMANTICS.get(pair.gold_engine), SEMANTICS.get(pair.pred_engine)
-    if g is None or p is None or g == p:
+    if not reads_pred_text(pair):  # one engine's semantics (or an unknown engine): no flag
         return ()
+    g, p = SEMANTICS.get(pair.gold_engine), SEMANTICS.get(pair.pred_engine)
     ops = (_operators(pair.gold_sql, pair.gold_dialect), _operators(pair.pred_sql, pair.pred_dialect))
     flags = []
     if g.integer_division != p.integer_division and any(o.div for o in ops):
@@ -199,8 +199,8 @@ def semantic_flags(pair: Pair) -> tuple[str, ...]:
 def reads_pred_text(pair: Pair | None) -> bool:
     """Whether :func:`decide` reads the predicted SQL's text (``pair.pred_sql``) beyond what
     ``pred_shape`` and the results carry: only for :func:`semantic_flags` and the
-    ``empty_aggregate`` check, both of which need two engines of different semantics
-    (:data:`~polysql_ray.engines.registry.SEMANTICS`). A verdict on one engine's semantics is a
+    ``empty_aggregate`` check, which both ask this first: two known engines of different
+    semantics (:data:`~polysql_ray.engines.registry.SEMANTICS`). A verdict on one engine's semantics is a
     function of the results, the shapes, the gold side of ``pair`` and the policy, whatever
     the prediction's text (``pipeline.actors`` reuses it across predictions with identical
     results)."""
@@ -253,10 +253,10 @@ def _empty_aggregate(cmp: Comparison, gold: pa.Table, pred: pa.Table, shape: Gol
     columns count as 0."""
     from polysql_ray.engines.registry import SEMANTICS
 
-    if pair is None or cmp.match or cmp.reason != "values":
+    if pair is None or cmp.match or cmp.reason != "values" or not reads_pred_text(pair):
         return False
     g, p = SEMANTICS.get(pair.gold_engine), SEMANTICS.get(pair.pred_engine)
-    if g is None or p is None or g.empty_sum_null == p.empty_sum_null:
+    if g.empty_sum_null == p.empty_sum_null:
         return False
     if not (_operators(pair.gold_sql, pair.gold_dialect).aggregate
             or _operators(pair.pred_sql, pair.pred_dialect).aggregate):

@@ -152,6 +152,13 @@ class ExecutionResult:
             blob = sink.getvalue().to_pybytes()
         return _restore_result, (self.status.value, blob, self.error, self.elapsed_s, self.nbytes)
 
+    def content_key(self) -> tuple | None:
+        """What the comparison reads of this result, as a hashable key: ``(status, error,
+        digest)``, the digest a 16-byte BLAKE2b of the Arrow IPC bytes the table arrived as
+        (values, types and column names; never ``elapsed_s``), None without a table. None for
+        the whole key when the table was built in this process (no bytes name it)."""
+        return None if self.table is not None else (self.status, self.error, None)
+
     @classmethod
     def failure(cls, status: ExecStatus, error: str, elapsed_s: float = 0.0) -> "ExecutionResult":
         """A result without a table: ``status`` with the engine message cut to 2,000 characters."""
@@ -195,6 +202,13 @@ class _ArrivedResult(ExecutionResult):
             (other.status, other.table, other.error, other.elapsed_s)
 
     __hash__ = None
+
+    def content_key(self) -> tuple | None:  # the bytes it arrived as, not decoded to be named
+        if self._blob is not None:
+            import hashlib
+
+            return (self.status, self.error, hashlib.blake2b(self._blob, digest_size=16).digest())
+        return None if self._table is not None else (self.status, self.error, None)
 
     def __reduce__(self):
         if self._blob is None:

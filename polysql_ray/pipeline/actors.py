@@ -211,40 +211,29 @@ _DECIDED: "collections.OrderedDict[tuple, object]" = collections.OrderedDict()
 _ROLES = ("_gold", "_probe", "_pred", "_ties_probe", "_pred_probe", "_pred_ties_probe")
 
 
-def _content(r) -> object:
-    """What ``decide`` reads of an ExecutionResult, as a key: status, error and a digest of the
-    Arrow IPC bytes its table arrived as (column names and types included), never its elapsed
-    time. None for no result; :data:`_NO_KEY` for a table this process built or replaced (no
-    bytes to name it by).
-    """
-    import hashlib
-
-    if r is None:
-        return None
-    blob = getattr(r, "_blob", None)
-    if blob is not None:
-        return (r.status, r.error, hashlib.blake2b(blob, digest_size=16).digest())
-    has_table = r._table is not None if hasattr(r, "_blob") else r.table is not None
-    return _NO_KEY if has_table else (r.status, r.error, None)
-
-
-_NO_KEY = object()
-
-
-def _decided_key(it: dict, contents, policy_id: tuple, pair) -> tuple | None:
+def _decided_key(it: dict, content, policy_id: tuple, pair) -> tuple | None:
     """The inputs of ``decide`` for item ``it`` (:func:`_score_row`), as a key: generation
     status, gold error, structural proof, gold and prediction shapes, the policy, the gold side
     and engines of ``pair`` and the predicted text only where ``decide`` reads it
-    (:func:`~polysql_ray.comparison.verdict.reads_pred_text`), and :func:`_content` of each
-    result by role (``contents(role)``). None when a result has no content key."""
+    (:func:`~polysql_ray.comparison.verdict.reads_pred_text`), and the
+    :meth:`~polysql_ray.engines.base.ExecutionResult.content_key` of each result by role
+    (``content(index)``, memoised per batch). None when a result has no content key."""
     from polysql_ray.comparison.verdict import reads_pred_text
 
-    results = tuple(contents(role) for role in _ROLES)
-    if any(c is _NO_KEY for c in results):
-        return None
+    results = []
+    for role in _ROLES:
+        i = it.get(role)
+        if i is not None:
+            key = content(i)
+            if key is None:
+                return None
+            results.append(key)
+        else:
+            results.append(None)
     return (str(it["_gen_status"]), it["_gold_error"], it["_structural"] == "equivalent", it["_shape"],
             it.get("_pred_shape"), policy_id, pair.gold_sql, pair.gold_dialect, pair.pred_dialect,
-            pair.gold_engine, pair.pred_engine, pair.pred_sql if reads_pred_text(pair) else None, results)
+            pair.gold_engine, pair.pred_engine, pair.pred_sql if reads_pred_text(pair) else None,
+            tuple(results))
 
 
 @ray.remote
@@ -280,24 +269,19 @@ def score_batch(items: list[dict], result_refs: list, policy, reuse: int = 0) ->
     results = ray.get(list(result_refs)) if result_refs else []
     now = dt.datetime.now(dt.timezone.utc)
     rows = []
-    memo: dict[int, object] = {}
+    memo: dict[int, tuple | None] = {}
 
-    def contents(it: dict):
-        def of(role: str):
-            i = it.get(role)
-            if i is None:
-                return None
-            if i not in memo:
-                memo[i] = _content(results[i])
-            return memo[i]
-        return of
+    def content(i: int) -> tuple | None:  # a gold result is named once for the batch's items
+        if i not in memo:
+            memo[i] = results[i].content_key()
+        return memo[i]
 
     policy_id = (policy.name, policy.fingerprint()) if reuse else None
     with canonical_scope():  # a gold result compared with many predictions is canonicalised once
         for it in items:
             try:
                 rows.append(_score_row(it, results, policy, now,
-                                       reuse=(reuse, contents(it), policy_id) if reuse else None))
+                                       reuse=(reuse, content, policy_id) if reuse else None))
             except Exception as exc:  # noqa: BLE001 - one item never aborts the batch (or the sweep)
                 rows.append(_score_row(it, results, policy, now, error=exc))
     return pa.Table.from_pylist(rows, schema=SCORE_SCHEMA)
@@ -307,7 +291,7 @@ def _score_row(it: dict, results: list, policy, now: dt.datetime, error: BaseExc
                reuse=None) -> dict:
     """The SCORE_SCHEMA row of one item (:func:`score_batch`); with ``error``, the row of an item
     whose scoring raised it (the verdict :func:`~polysql_ray.comparison.verdict.scoring_error`).
-    ``reuse``: ``(size, contents, policy_id)`` of :func:`score_batch`'s verdicts kept across
+    ``reuse``: ``(size, content, policy_id)`` of :func:`score_batch`'s verdicts kept across
     items (:data:`_DECIDED`), or None."""
     from polysql_ray.comparison.prepare import executed_sql
     from polysql_ray.comparison.verdict import Pair, decide, rows_of, scoring_error

@@ -54,7 +54,6 @@ class Planner:
         """Items for ``indices`` of ``cell`` and the executions they need (by exec key);
         ``preds[i]`` is the Prediction of example ``i`` (a list in example order, or a dict of
         one generated batch)."""
-        from polysql_ray.comparison.prepare import executed_sql
         from polysql_ray.engines.registry import default_dialect
 
         grid = self.grid
@@ -90,9 +89,8 @@ class Planner:
                     if loc is not None and self.limits.refuse_length(pred.pred_sql) is not None:
                         pr = request(cell.target_engine, loc, pred.pred_sql, ex.db_id)  # refused unparsed
                     elif loc is not None:
-                        pred_sql = executed_sql(pred.pred_sql, pred_dialect, policy)
+                        pred_sql, pred_shape = self._pred(pred, pred_dialect, policy)
                         pr = request(cell.target_engine, loc, pred_sql, ex.db_id)
-                        pred_shape = self.pred_shape(pred_sql, pred_dialect)
                         if pred_shape.cut_probe_sql and not pred_shape.static:
                             pred_probe = request(cell.target_engine, loc, pred_shape.cut_probe_sql, ex.db_id)
                         if pred_shape.ties_probe_sql and not pred_shape.static:
@@ -106,7 +104,6 @@ class Planner:
         rewrite and analysis of each gold and predicted SQL, into the caches :meth:`plan` reads
         (the same calls, so a planned item is the same whether or not it was analyzed first).
         ``between()``: called before each item; False stops. Returns how many were done."""
-        from polysql_ray.comparison.prepare import executed_sql
         from polysql_ray.engines.registry import default_dialect
 
         policy = self.grid.policies.get(cell.policy, self.grid.policy)
@@ -122,9 +119,17 @@ class Planner:
                 continue
             self._gold(ex, policy)
             if pred.status is GenStatus.OK and pred.pred_sql.strip() and \
-                    self.limits.refuse_length(pred.pred_sql) is None:
-                self.pred_shape(executed_sql(pred.pred_sql, pred_dialect, policy), pred_dialect)
+                    self.limits.refuse_length(pred.pred_sql) is None:  # what plan() analyzes
+                self._pred(pred, pred_dialect, policy)
         return done
+
+    def _pred(self, pred, dialect: str, policy):
+        """(executed predicted SQL, :meth:`pred_shape`) of a prediction ``plan`` sends
+        (status OK, text within ``limits.max_sql_chars``) under ``policy``."""
+        from polysql_ray.comparison.prepare import executed_sql
+
+        pred_sql = executed_sql(pred.pred_sql, dialect, policy)
+        return pred_sql, self.pred_shape(pred_sql, dialect)
 
     def _gold(self, ex, policy):
         """(``analyze_gold`` shape, executed gold SQL) of ``ex`` under ``policy``, once per
