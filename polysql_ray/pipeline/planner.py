@@ -264,7 +264,9 @@ class PlanAhead:
         return not self._stop.is_set()
 
     def take(self, cell, timeout: float | None = None):
-        """The wrapped feed's ``take``, held batches first."""
+        """The wrapped feed's ``take`` (:meth:`GenerationFeed.take`): ``(example indices,
+        predictions, last)`` or None, the batches the thread holds for ``cell`` first, in the
+        order it took them; raises what the wrapped feed raises."""
         held = self._held.get(cell.key)
         if held:
             got = held.pop(0)
@@ -274,4 +276,5 @@ class PlanAhead:
         return self.feed.take(cell, timeout)
 
     def close(self) -> None:
+        """Close the wrapped feed (its generation threads, :meth:`GenerationFeed.close`)."""
         self.feed.close()
